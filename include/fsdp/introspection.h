@@ -1,0 +1,48 @@
+#pragma once
+// Read-only views of a sharded model: where each parameter's local shard sits
+// in its full tensor, and how many tensor bytes each category holds. Tests
+// assert memory bounds on these numbers; checkpoints and benchmarks use them.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fsdp/sharded.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace fsdp {
+
+struct ParamShard {
+  std::string name;                 // the original fully qualified name
+  at::Tensor param;                 // the user's parameter (its local shard)
+  std::vector<int64_t> full_shape;  // the unsharded shape
+  int64_t flat_begin = 0;           // first element of the flattened full tensor held here
+  int64_t numel = 0;                // elements held here (may be 0)
+  std::string unit;                 // owning unit's module path ("" = root)
+};
+
+// Every parameter of the model, in unit pre-order. The root must be sharded.
+std::vector<ParamShard> param_shards(const UnitModule& root);
+
+struct MemoryStats {
+  int64_t sharded_param_bytes = 0;   // local shards, padding included
+  int64_t sharded_grad_bytes = 0;    // local sharded gradients
+  int64_t gathered_param_bytes = 0;  // gathered parameters alive now
+  int64_t peak_gathered_param_bytes = 0;  // most alive at once since reset
+  int64_t unsharded_param_bytes = 0;      // the whole model, unpadded
+  int64_t largest_unit_bytes = 0;         // largest gathered unit
+  int64_t root_unit_bytes = 0;            // the root unit gathered
+};
+
+MemoryStats memory_stats(const UnitModule& root);
+void reset_peak_memory_stats(UnitModule& root);
+
+// Bytes of optimizer state tensors (SGD momentum, Adam/AdamW moments).
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+
+}  // namespace fsdp

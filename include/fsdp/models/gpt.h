@@ -1,0 +1,83 @@
+#pragma once
+// A small decoder-only GPT over bytes (vocabulary 256): token and position
+// embeddings, pre-LayerNorm blocks of causal self-attention and a GELU MLP,
+// and an LM head tied to the token embedding. fsdp-train trains it, the
+// parity tests use it, and it shows how a model marks its units: each block
+// is an fsdp::Sharded<Block>, and the root (embeddings, final norm, tied
+// head) is whatever fully_shard wraps.
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+
+#include "fsdp/sharded.h"
+
+namespace fsdp::models {
+
+struct GPTConfig {
+  int64_t vocab_size = 256;
+  int64_t context = 128;
+  int64_t d_model = 128;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  // Make every block its own FSDP unit (fsdp::Sharded<Block>); when false
+  // the blocks belong to the root unit.
+  bool shard_blocks = true;
+
+  // Throws c10::Error naming the bad field and the fix.
+  void validate() const;
+  int64_t num_params() const;
+};
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const GPTConfig& config);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  int64_t n_head_;
+  torch::nn::Linear qkv_{nullptr};
+  torch::nn::Linear proj_{nullptr};
+  at::Tensor mask_;  // [context, context] bool, true above the diagonal (a buffer)
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GPTConfig& config);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  torch::nn::LayerNorm ln1_{nullptr};
+  CausalSelfAttention attn_{nullptr};
+  torch::nn::LayerNorm ln2_{nullptr};
+  torch::nn::Linear fc_{nullptr};
+  torch::nn::Linear fc_proj_{nullptr};
+};
+TORCH_MODULE(Block);
+
+class GPTImpl : public torch::nn::Module {
+ public:
+  explicit GPTImpl(const GPTConfig& config);
+  // tokens: [batch, time] int64 -> logits [batch, time, vocab]
+  at::Tensor forward(const at::Tensor& tokens);
+  const GPTConfig& config() const { return config_; }
+
+ private:
+  GPTConfig config_;
+  torch::nn::Embedding wte_{nullptr};
+  torch::nn::Embedding wpe_{nullptr};
+  torch::nn::ModuleList blocks_{nullptr};
+  torch::nn::LayerNorm ln_f_{nullptr};
+};
+TORCH_MODULE(GPT);
+
+// Mean cross-entropy of next-byte prediction: logits [B, T, V], targets [B, T].
+at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
+
+}  // namespace fsdp::models

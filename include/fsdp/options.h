@@ -1,0 +1,104 @@
+#pragma once
+// User-facing policies of fully_shard, in LibTorch's builder style:
+//
+//   fsdp::FullyShardOptions()
+//       .strategy(fsdp::ShardingStrategy::kFullShard)
+//       .mp(fsdp::MixedPrecisionPolicy().param_dtype(at::kBFloat16))
+//
+// Each field documents its default. Checks live in validate(), which
+// fully_shard calls, so a bad combination fails at wrap time, not mid-step.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Optional.h>
+#include <torch/arg.h>
+
+#include <memory>
+
+#include "fsdp/comm/process_group.h"
+
+namespace fsdp {
+
+// How a unit's parameters, gradients and optimizer state are split.
+enum class ShardingStrategy {
+  // ZeRO-3: parameters, gradients and optimizer state sharded; parameters
+  // are gathered for forward and again for backward.
+  kFullShard,
+  // ZeRO-2: like kFullShard, but parameters stay gathered from forward until
+  // the end of backward (no re-gather in backward; more memory).
+  kShardGradOp,
+  // DDP: nothing sharded; gradients are all-reduced.
+  kNoShard,
+  // kFullShard inside each shard group of a 2-D mesh, replicated across
+  // groups (gradients reduce-scattered, then all-reduced across replicas).
+  kHybridShard,
+  // kShardGradOp inside each shard group, replicated across groups.
+  kHybridShardZero2,
+};
+
+const char* to_string(ShardingStrategy strategy);
+
+// Dtypes for the unsharded (compute) copy of the parameters and for gradient
+// reduction. The sharded master parameters, the gradients the optimizer sees
+// and the optimizer state keep the parameters' own dtype (usually fp32).
+struct MixedPrecisionPolicy {
+  /// Dtype of all-gather and compute. Default: the parameter dtype.
+  /// Example: `.param_dtype(at::kBFloat16)`.
+  TORCH_ARG(c10::optional<at::ScalarType>, param_dtype) = c10::nullopt;
+  /// Dtype of gradient reduction. Default: `param_dtype` if set, else the
+  /// parameter dtype. Example: `.reduce_dtype(at::kFloat)` to reduce in fp32
+  /// while computing in bf16.
+  TORCH_ARG(c10::optional<at::ScalarType>, reduce_dtype) = c10::nullopt;
+  /// Dtype the unit's floating-point outputs are cast to. Default: unchanged.
+  TORCH_ARG(c10::optional<at::ScalarType>, output_dtype) = c10::nullopt;
+  /// Cast floating-point forward inputs to `param_dtype`. Default: true.
+  TORCH_ARG(bool, cast_forward_inputs) = true;
+  /// Dtype of the unit's floating-point buffers. Default: unchanged.
+  TORCH_ARG(c10::optional<at::ScalarType>, buffer_dtype) = c10::nullopt;
+
+  bool enabled() const {
+    return param_dtype_.has_value() || reduce_dtype_.has_value() || output_dtype_.has_value();
+  }
+};
+
+// Where sharded parameters and gradients live between uses.
+struct OffloadPolicy {
+  /// Keep sharded parameters and gradients in host memory; the optimizer
+  /// steps on the CPU. Default: false.
+  TORCH_ARG(bool, offload_params) = false;
+  /// Use pinned host memory for the offloaded shards (CUDA only). Default:
+  /// true.
+  TORCH_ARG(bool, pin_memory) = true;
+};
+
+struct FullyShardOptions {
+  /// The ranks to shard over. Default: none; fully_shard then requires one.
+  TORCH_ARG(ProcessGroupPtr, process_group) = nullptr;
+  /// For the hybrid strategies: the 2-D mesh (see make_hybrid_mesh).
+  TORCH_ARG(std::shared_ptr<DeviceMesh>, mesh) = nullptr;
+  /// Default: kFullShard.
+  TORCH_ARG(ShardingStrategy, strategy) = ShardingStrategy::kFullShard;
+  /// Free the gathered parameters after forward and re-gather them in
+  /// backward. Default: true for nested units, false for the root (its
+  /// parameters are needed first in backward anyway). Ignored by
+  /// kShardGradOp and kNoShard.
+  TORCH_ARG(c10::optional<bool>, reshard_after_forward) = c10::nullopt;
+  /// Mixed precision. Default: off (compute in the parameter dtype).
+  TORCH_ARG(MixedPrecisionPolicy, mp) = MixedPrecisionPolicy();
+  /// CPU offload of shards. Default: off.
+  TORCH_ARG(OffloadPolicy, offload) = OffloadPolicy();
+  /// Issue the next unit's all-gather before the current unit computes
+  /// (forward) and the previous unit's before its backward. Default: true.
+  TORCH_ARG(bool, prefetch) = true;
+  /// The most units whose all-gather may be in flight or gathered ahead of
+  /// use at once. Bounds the memory prefetching costs. Default: 2.
+  TORCH_ARG(int, max_inflight_all_gathers) = 2;
+  /// Broadcast rank 0's buffers to every rank at wrap time. Default: true.
+  TORCH_ARG(bool, sync_buffers) = true;
+
+ public:
+  // Throws c10::Error naming the bad field, its value and the fix.
+  void validate() const;
+};
+
+}  // namespace fsdp

@@ -1,0 +1,149 @@
+#pragma once
+// fsdp::Sharded<M>: the one line that marks a unit in a model.
+//
+//   struct GPTImpl : torch::nn::Module {
+//     ...
+//     blocks->push_back(fsdp::Sharded<Block>(config));   // was: Block(config)
+//   };
+//   auto model = fsdp::fully_shard(GPT(config), options);  // the root unit
+//
+// C++ modules have no forward hooks and forward is not virtual, so the unit
+// boundary has to be a module of its own. Sharded<M> wraps an M and has
+// exactly M's forward signature, so it drops into Sequential, ModuleList or a
+// plain member. It registers M's children, parameters and buffers under their
+// own names, so named_parameters() reads as if the wrapper were not there.
+//
+// Until fully_shard() reaches it, a Sharded<M> is a plain pass-through; the
+// same model class therefore serves as the single-process reference.
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "fsdp/options.h"
+#include "fsdp/tensor_walk.h"
+
+namespace fsdp {
+
+namespace detail {
+class UnitState;
+class RootState;
+}
+
+// The non-template part of every Sharded<M>.
+class UnitModule : public torch::nn::Module {
+ public:
+  // True once fully_shard has sharded this unit.
+  bool is_sharded() const { return state_ != nullptr; }
+  // The wrapped module.
+  const std::shared_ptr<torch::nn::Module>& wrapped() const { return inner_; }
+  // Per-unit overrides of the root's options, read by fully_shard. Only the
+  // per-unit fields (reshard_after_forward, mp, prefetch) are taken from it.
+  void set_unit_options(FullyShardOptions options) { unit_options_ = std::move(options); }
+  const c10::optional<FullyShardOptions>& unit_options() const { return unit_options_; }
+
+  void train(bool on = true) override;
+  void pretty_print(std::ostream& stream) const override;
+
+  // Internal: the unit's runtime state, set by fully_shard.
+  const std::shared_ptr<detail::UnitState>& unit_state() const { return state_; }
+  void set_unit_state(std::shared_ptr<detail::UnitState> state) { state_ = std::move(state); }
+  // Internal: set on the root unit only; shared by all units of the model.
+  const std::shared_ptr<detail::RootState>& root_state() const { return root_state_; }
+  void set_root_state(std::shared_ptr<detail::RootState> root) { root_state_ = std::move(root); }
+
+ protected:
+  explicit UnitModule(std::shared_ptr<torch::nn::Module> inner);
+  // Called around the wrapped forward; they take pointers to the tensors in
+  // the arguments and results, which they may replace (hooks, casts).
+  void before_forward(detail::TensorRefs& inputs);
+  void after_forward(detail::TensorRefs& outputs);
+
+  std::shared_ptr<torch::nn::Module> inner_;
+  std::shared_ptr<detail::UnitState> state_;
+  std::shared_ptr<detail::RootState> root_state_;
+  c10::optional<FullyShardOptions> unit_options_;
+};
+
+namespace detail {
+
+// Runs the wrapped forward between the unit's pre- and post-forward.
+template <class R, class Self, class Impl, class... Args>
+R run_sharded_forward(Self& self, Impl& impl, Args&&... args) {
+  if (!self.is_sharded()) return impl.forward(std::forward<Args>(args)...);
+  std::tuple<std::decay_t<Args>...> local(std::forward<Args>(args)...);
+  TensorRefs inputs;
+  collect_tensors(inputs, local);
+  self.before_forward_public(inputs);
+  R out = std::apply([&impl](auto&... a) -> R { return impl.forward(a...); }, local);
+  TensorRefs outputs;
+  collect_tensors(outputs, out);
+  self.after_forward_public(outputs);
+  return out;
+}
+
+}  // namespace detail
+
+template <class Impl, class Forward = decltype(&Impl::forward)>
+class ShardedImpl;
+
+// The wrapper's forward has the wrapped module's exact signature (AnyModule
+// and Sequential look at it). If Impl::forward is overloaded or a template,
+// name the one to use: ShardedImpl<Impl, at::Tensor (Impl::*)(at::Tensor)>.
+template <class Impl, class Class, class R, class... Args>
+class ShardedImpl<Impl, R (Class::*)(Args...)> : public UnitModule {
+ public:
+  using Wrapped = Impl;
+
+  explicit ShardedImpl(std::shared_ptr<Impl> inner) : UnitModule(inner), typed_(std::move(inner)) {}
+  explicit ShardedImpl(const torch::nn::ModuleHolder<Impl>& inner) : ShardedImpl(inner.ptr()) {}
+
+  // Builds the wrapped module from its own constructor arguments.
+  template <class First, class... Rest,
+            class = std::enable_if_t<
+                !std::is_convertible<std::decay_t<First>, std::shared_ptr<Impl>>::value &&
+                !std::is_base_of<torch::nn::ModuleHolder<Impl>, std::decay_t<First>>::value>>
+  explicit ShardedImpl(First&& first, Rest&&... rest)
+      : ShardedImpl(std::make_shared<Impl>(std::forward<First>(first), std::forward<Rest>(rest)...)) {}
+
+  template <class I = Impl, class = std::enable_if_t<std::is_default_constructible<I>::value>>
+  ShardedImpl() : ShardedImpl(std::make_shared<Impl>()) {}
+
+  R forward(Args... args) {
+    return detail::run_sharded_forward<R>(*this, *module(), std::forward<Args>(args)...);
+  }
+
+  // The wrapped module, e.g. to reach its members.
+  const std::shared_ptr<Impl>& module() const { return typed_; }
+
+  // Used by run_sharded_forward; not part of the user API.
+  void before_forward_public(detail::TensorRefs& inputs) { before_forward(inputs); }
+  void after_forward_public(detail::TensorRefs& outputs) { after_forward(outputs); }
+
+ private:
+  std::shared_ptr<Impl> typed_;  // == inner_, typed (Impl may derive virtually from Module)
+};
+
+template <class Impl, class Class, class R, class... Args>
+class ShardedImpl<Impl, R (Class::*)(Args...) const>
+    : public ShardedImpl<Impl, R (Class::*)(Args...)> {
+ public:
+  using ShardedImpl<Impl, R (Class::*)(Args...)>::ShardedImpl;
+};
+
+// The holder: fsdp::Sharded<Block>(args...) builds a Block inside a unit;
+// fsdp::Sharded<Block>(existing_block) wraps an existing one.
+template <class Holder>
+class Sharded : public torch::nn::ModuleHolder<ShardedImpl<typename Holder::ContainedType>> {
+  using Base = torch::nn::ModuleHolder<ShardedImpl<typename Holder::ContainedType>>;
+
+ public:
+  using Base::Base;
+  Sharded(const Holder& inner)  // NOLINT: implicit by design, like holders
+      : Base(std::make_shared<ShardedImpl<typename Holder::ContainedType>>(inner.ptr())) {}
+};
+
+}  // namespace fsdp

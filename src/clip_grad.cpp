@@ -1,0 +1,59 @@
+#include "fsdp/clip_grad.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+
+#include "root_state.h"
+#include "unit_state.h"
+
+namespace fsdp {
+
+// [Note: clipping across shards]
+// Each rank holds disjoint pieces of the full gradients, so the p-th powers
+// of their local norms add up (and local maxima take a max) over the shard
+// group. Replicas in NO_SHARD and hybrid strategies hold identical pieces, so
+// the reduction runs over the shard group only, never over replicas.
+double clip_grad_norm_(UnitModule& root, double max_norm, double norm_type) {
+  TORCH_CHECK(root.root_state(),
+              "fsdp: clip_grad_norm_ needs the root module that fully_shard returned");
+  TORCH_CHECK(norm_type > 0, "fsdp: clip_grad_norm_ norm_type is ", norm_type,
+              "; use a p > 0, or INFINITY for the max-norm");
+  TORCH_CHECK(max_norm >= 0, "fsdp: clip_grad_norm_ max_norm is ", max_norm, "; it must be >= 0");
+  detail::RootState& state = *root.root_state();
+  TORCH_CHECK(!state.in_backward(),
+              "fsdp: clip_grad_norm_ was called during backward; call it after backward returns");
+
+  std::vector<at::Tensor> grads;
+  for (const auto& unit : state.units()) {
+    TORCH_CHECK(!unit->params().holds_unsharded_grads(), "fsdp: clip_grad_norm_ was called after a "
+                "backward without gradient sync; run a synchronizing backward first");
+    for (const auto& p : unit->params().params()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+  }
+  const bool inf = std::isinf(norm_type);
+  double local = 0;
+  at::NoGradGuard no_grad;
+  for (const auto& g : grads) {
+    if (g.numel() == 0) continue;
+    at::Tensor a = g.detach().abs().to(at::kDouble);
+    local = inf ? std::max(local, a.max().item<double>()) : local + a.pow(norm_type).sum().item<double>();
+  }
+  ProcessGroup& shard_group = *state.root_unit().params().groups().shard;
+  double total_pow = local;
+  if (shard_group.size() > 1) {
+    at::Tensor t = at::full({1}, local, at::kDouble);
+    shard_group.all_reduce(t, inf ? ReduceOp::kMax : ReduceOp::kSum)->wait();
+    total_pow = t.item<double>();
+  }
+  const double total = inf ? total_pow : std::pow(total_pow, 1.0 / norm_type);
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0) {
+    for (auto& g : grads) g.mul_(coef);
+  }
+  return total;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,108 @@
+#include "fsdp/comm/launch_env.h"
+
+#include <c10/util/Exception.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+namespace fsdp {
+namespace {
+
+// One launcher's names for the four per-process variables.
+struct Convention {
+  const char* source;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+  const char* local_world_size;
+};
+
+// Tried in this order; see launch_env.h.
+constexpr Convention kConventions[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+
+std::optional<std::string> env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+int parse_int(const char* name, const std::string& value) {
+  errno = 0;
+  char* end = nullptr;
+  const long parsed = std::strtol(value.c_str(), &end, 10);
+  TORCH_CHECK(errno == 0 && end != value.c_str() && *end == '\0' && parsed >= INT32_MIN &&
+                  parsed <= INT32_MAX,
+              "fsdp: environment variable ", name, "='", value, "' is not an integer");
+  return static_cast<int>(parsed);
+}
+
+std::string convention_help(const Convention& c) {
+  return std::string(c.source) + " sets " + c.rank + ", " + c.world_size + ", " + c.local_rank +
+         " and " + c.local_world_size + "; MASTER_ADDR and MASTER_PORT must be set as well";
+}
+
+}  // namespace
+
+bool launched_distributed() {
+  for (const auto& c : kConventions) {
+    if (env(c.rank)) return true;
+  }
+  return false;
+}
+
+LaunchEnv read_launch_env() {
+  const Convention* found = nullptr;
+  for (const auto& c : kConventions) {
+    if (env(c.rank)) {
+      found = &c;
+      break;
+    }
+  }
+  TORCH_CHECK(found != nullptr,
+              "fsdp: no launcher environment found. Set RANK, WORLD_SIZE, LOCAL_RANK, "
+              "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torchrun and fsdp-run do), or run "
+              "under mpirun (OMPI_COMM_WORLD_*) or srun (SLURM_*) with MASTER_ADDR and "
+              "MASTER_PORT exported");
+  const Convention& c = *found;
+
+  const char* required[] = {c.rank,  c.world_size,   c.local_rank, c.local_world_size,
+                            "MASTER_ADDR", "MASTER_PORT"};
+  std::string missing;
+  for (const char* name : required) {
+    if (!env(name)) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  }
+  TORCH_CHECK(missing.empty(), "fsdp: the ", c.source, " launch environment (", c.rank,
+              " is set) is incomplete: missing ", missing, ". ", convention_help(c));
+
+  LaunchEnv out;
+  out.source = c.source;
+  out.rank = parse_int(c.rank, *env(c.rank));
+  out.world_size = parse_int(c.world_size, *env(c.world_size));
+  out.local_rank = parse_int(c.local_rank, *env(c.local_rank));
+  out.local_world_size = parse_int(c.local_world_size, *env(c.local_world_size));
+  out.master_addr = *env("MASTER_ADDR");
+  out.master_port = parse_int("MASTER_PORT", *env("MASTER_PORT"));
+
+  TORCH_CHECK(out.world_size >= 1, "fsdp: ", c.world_size, "=", out.world_size,
+              " must be at least 1");
+  TORCH_CHECK(out.rank >= 0 && out.rank < out.world_size, "fsdp: ", c.rank, "=", out.rank,
+              " is not in [0, ", c.world_size, "=", out.world_size, ")");
+  TORCH_CHECK(out.local_world_size >= 1 && out.local_world_size <= out.world_size, "fsdp: ",
+              c.local_world_size, "=", out.local_world_size, " must be in [1, ", c.world_size,
+              "=", out.world_size, "]");
+  TORCH_CHECK(out.local_rank >= 0 && out.local_rank < out.local_world_size, "fsdp: ",
+              c.local_rank, "=", out.local_rank, " is not in [0, ", c.local_world_size, "=",
+              out.local_world_size, ")");
+  TORCH_CHECK(out.master_port >= 1 && out.master_port <= 65535, "fsdp: MASTER_PORT=",
+              out.master_port, " is not a TCP port (1..65535)");
+  return out;
+}
+
+}  // namespace fsdp

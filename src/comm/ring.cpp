@@ -1,0 +1,160 @@
+#include "comm/ring.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace fsdp::comm {
+namespace {
+
+// Messages per ring step; more only adds per-message overhead.
+constexpr int64_t kMaxSegments = 16;
+
+int64_t max_chunk_bytes(const std::vector<at::Tensor>& chunks) {
+  int64_t bytes = 0;
+  for (const auto& c : chunks) bytes = std::max<int64_t>(bytes, c.numel() * c.element_size());
+  return bytes;
+}
+
+int segment_count(const RingPeers& peers, int64_t chunk_bytes) {
+  const int64_t target = std::max<int64_t>(peers.segment_bytes, 1);
+  return static_cast<int>(std::clamp<int64_t>((chunk_bytes + target - 1) / target, 1, kMaxSegments));
+}
+
+// Segment j of m of a 1-D chunk; empty when the chunk has fewer than m elements.
+at::Tensor segment(const at::Tensor& chunk, int j, int m) {
+  const int64_t n = chunk.numel();
+  const int64_t begin = n * j / m;
+  const int64_t end = n * (j + 1) / m;
+  return chunk.narrow(0, begin, end - begin);
+}
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+class Transfers {
+ public:
+  explicit Transfers(const RingPeers& peers) : peers_(peers) {}
+
+  c10::intrusive_ptr<c10d::Work> send(const at::Tensor& t, int tag) {
+    std::vector<at::Tensor> tensors{t};
+    return peers_.backend.send(tensors, mod(peers_.rank + 1, peers_.size), tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& t, int tag) {
+    std::vector<at::Tensor> tensors{t};
+    return peers_.backend.recv(tensors, mod(peers_.rank - 1, peers_.size), tag);
+  }
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) { work->wait(peers_.timeout); }
+
+ private:
+  const RingPeers& peers_;
+};
+
+void reduce_into(const at::Tensor& acc, const at::Tensor& incoming, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      acc.add_(incoming);
+      return;
+    case ReduceOp::kMax:
+      at::maximum_out(const_cast<at::Tensor&>(acc), acc, incoming);
+      return;
+    case ReduceOp::kMin:
+      at::minimum_out(const_cast<at::Tensor&>(acc), acc, incoming);
+      return;
+    case ReduceOp::kAvg:
+      break;
+  }
+  TORCH_INTERNAL_ASSERT(false, "ring_reduce_scatter: kAvg is a sum followed by a division");
+}
+
+}  // namespace
+
+int ring_tags_needed(const RingPeers& peers, int64_t chunk_bytes) {
+  return (peers.size - 1) * segment_count(peers, chunk_bytes);
+}
+
+int64_t ring_scratch_numel(const RingPeers& peers, const std::vector<at::Tensor>& chunks) {
+  int64_t max_numel = 0;
+  for (const auto& c : chunks) max_numel = std::max(max_numel, c.numel());
+  const int m = segment_count(peers, max_chunk_bytes(chunks));
+  return m * ((max_numel + m - 1) / m);
+}
+
+void ring_all_gather(const RingPeers& peers, const std::vector<at::Tensor>& chunks, int tag) {
+  const int n = peers.size;
+  const int r = peers.rank;
+  if (n == 1) return;
+  const int m = segment_count(peers, max_chunk_bytes(chunks));
+  Transfers io(peers);
+  // Every receive has its own place in the output, so all are posted now.
+  std::vector<c10::intrusive_ptr<c10d::Work>> recvs((n - 1) * m);
+  for (int s = 0; s + 1 < n; ++s) {
+    for (int j = 0; j < m; ++j) {
+      auto seg = segment(chunks[mod(r - s - 1, n)], j, m);
+      if (seg.numel() > 0) recvs[s * m + j] = io.recv(seg, tag + s * m + j);
+    }
+  }
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+  sends.reserve((n - 1) * m);
+  for (int j = 0; j < m; ++j) {
+    auto seg = segment(chunks[r], j, m);
+    if (seg.numel() > 0) sends.push_back(io.send(seg, tag + j));
+  }
+  for (int s = 0; s + 1 < n; ++s) {
+    for (int j = 0; j < m; ++j) {
+      if (!recvs[s * m + j]) continue;
+      io.wait(recvs[s * m + j]);
+      // What arrived at step s is what goes out at step s+1.
+      if (s + 2 < n) {
+        sends.push_back(io.send(segment(chunks[mod(r - s - 1, n)], j, m), tag + (s + 1) * m + j));
+      }
+    }
+  }
+  for (auto& w : sends) io.wait(w);
+}
+
+void ring_reduce_scatter(const RingPeers& peers, const std::vector<at::Tensor>& chunks,
+                         const at::Tensor& scratch, ReduceOp op, int tag) {
+  const int n = peers.size;
+  const int r = peers.rank;
+  if (n == 1) return;
+  const int m = segment_count(peers, max_chunk_bytes(chunks));
+  int64_t max_numel = 0;
+  for (const auto& c : chunks) max_numel = std::max(max_numel, c.numel());
+  const int64_t slot = (max_numel + m - 1) / m;  // scratch elements per segment
+  TORCH_INTERNAL_ASSERT(scratch.numel() >= slot * m, "ring scratch too small");
+  // Segment j of every step lands in scratch slot j, so a slot is reused
+  // only after its previous contents were reduced.
+  auto slot_for = [&](const at::Tensor& seg, int j) { return scratch.narrow(0, j * slot, seg.numel()); };
+  auto recv_index = [&](int s) { return mod(r - s - 2, n); };
+
+  Transfers io(peers);
+  std::vector<c10::intrusive_ptr<c10d::Work>> recvs(m);
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+  sends.reserve((n - 1) * m);
+  for (int j = 0; j < m; ++j) {
+    auto incoming = segment(chunks[recv_index(0)], j, m);
+    if (incoming.numel() > 0) recvs[j] = io.recv(slot_for(incoming, j), tag + j);
+    auto outgoing = segment(chunks[mod(r - 1, n)], j, m);
+    if (outgoing.numel() > 0) sends.push_back(io.send(outgoing, tag + j));
+  }
+  for (int s = 0; s + 1 < n; ++s) {
+    for (int j = 0; j < m; ++j) {
+      const int next_tag = tag + (s + 1) * m + j;
+      auto acc = segment(chunks[recv_index(s)], j, m);
+      if (acc.numel() > 0) {
+        io.wait(recvs[j]);
+        reduce_into(acc, slot_for(acc, j), op);
+        // The chunk just reduced is the one this rank sends next step.
+        if (s + 2 < n) sends.push_back(io.send(acc, next_tag));
+      }
+      if (s + 2 < n) {
+        auto incoming = segment(chunks[recv_index(s + 1)], j, m);
+        recvs[j] = incoming.numel() > 0 ? io.recv(slot_for(incoming, j), next_tag)
+                                         : c10::intrusive_ptr<c10d::Work>();
+      }
+    }
+  }
+  for (auto& w : sends) io.wait(w);
+}
+
+}  // namespace fsdp::comm

@@ -1,0 +1,47 @@
+#pragma once
+// Every difference between LibTorch 1.13 (Debian) and LibTorch 2.x (torch
+// wheels) that libfsdp depends on lives here, and nowhere else.
+//
+//   c10d backends: in 1.13, ProcessGroupGloo/NCCL derive from
+//     c10d::ProcessGroup; in 2.x they derive from c10d::Backend. Both expose
+//     the same virtual collectives we call, so we name the base C10dBackend.
+//   storage resizing: done through the StorageImpl's own allocator, which
+//     both versions expose (set_data_ptr_noswap + set_nbytes).
+
+#include <c10/core/StorageImpl.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
+
+#if defined(FSDP_WITH_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace fsdp::compat {
+
+#if TORCH_VERSION_MAJOR >= 2
+using C10dBackend = c10d::Backend;
+#else
+using C10dBackend = c10d::ProcessGroup;
+#endif
+
+constexpr int kTorchMajor = TORCH_VERSION_MAJOR;
+constexpr int kTorchMinor = TORCH_VERSION_MINOR;
+
+// Frees (nbytes == 0) or re-allocates a storage in place. The StorageImpl
+// keeps its identity, so every view that autograd saved on it stays valid
+// once the storage is refilled. Contents are not preserved.
+inline void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
+  if (storage->nbytes() == nbytes) return;
+  if (nbytes == 0) {
+    storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
+  } else {
+    storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+  }
+  storage->set_nbytes(nbytes);
+}
+
+}  // namespace fsdp::compat

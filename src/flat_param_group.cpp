@@ -1,0 +1,318 @@
+#include "flat_param_group.h"
+
+#include <c10/util/Exception.h>
+
+#include "compat.h"
+
+namespace fsdp::detail {
+namespace {
+
+// A tensor sharing `like`'s geometry on `base`'s storage that autograd does
+// not see as a view. Gradients must be such tensors: optimizers call
+// grad.detach_(), which views refuse.
+at::Tensor plain_alias(const at::Tensor& base, const at::Tensor& like) {
+  at::Tensor alias = at::empty({0}, base.options());
+  alias.set_(base.storage(), like.storage_offset(), like.sizes(), like.strides());
+  return alias;
+}
+
+at::Tensor free_storage_view(at::Tensor t) {
+  compat::resize_storage_bytes(t.storage().unsafeGetStorageImpl(), 0);
+  return t;
+}
+
+}  // namespace
+
+FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::string> names,
+                               UnitGroups groups, FlatParamConfig config,
+                               MemoryCounter* gathered_bytes)
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      groups_(std::move(groups)),
+      config_(config),
+      gathered_bytes_counter_(gathered_bytes) {
+  TORCH_INTERNAL_ASSERT(groups_.shard, "a unit needs a shard group");
+  TORCH_INTERNAL_ASSERT(params_.size() == names_.size());
+  at::ScalarType dtype = params_.empty() ? at::kFloat : params_[0].scalar_type();
+  at::Device device = params_.empty() ? at::Device(at::kCPU) : params_[0].device();
+  std::vector<int64_t> numels;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i];
+    TORCH_CHECK(at::isFloatingType(p.scalar_type()), "fsdp: parameter '", names_[i], "' has dtype ",
+                p.scalar_type(),
+                "; only floating-point parameters can be sharded (register integer state as a "
+                "buffer instead)");
+    TORCH_CHECK(p.scalar_type() == dtype, "fsdp: parameters of one unit must share a dtype, but '",
+                names_[0], "' is ", dtype, " and '", names_[i], "' is ", p.scalar_type(),
+                "; cast the module to one dtype before fully_shard, or put them in separate units");
+    TORCH_CHECK(p.device() == device, "fsdp: parameters of one unit must be on one device, but '",
+                names_[0], "' is on ", device, " and '", names_[i], "' is on ", p.device());
+    shapes_.push_back(p.sizes().vec());
+    numels.push_back(p.numel());
+  }
+  const int world = groups_.shard->size();
+  layout_ = ShardLayout(numels, world);
+  const bool offload = config_.offload_to_cpu && device.type() != at::kCPU;
+  aliased_ = world == 1 && config_.compute_dtype == dtype && !offload;
+
+  at::NoGradGuard no_grad;
+  auto rest_options = at::TensorOptions().dtype(dtype).device(offload ? at::Device(at::kCPU) : device);
+  if (offload && config_.pin_memory) rest_options = rest_options.pinned_memory(true);
+
+  if (aliased_) {
+    // Nothing to gather: the parameters live as full views of one flat buffer.
+    sharded_flat_ = at::zeros({layout_.padded_numel()}, rest_options);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& slot = layout_.slot(static_cast<int64_t>(i));
+      at::Tensor view = sharded_flat_.narrow(0, slot.offset, slot.numel).view(shapes_[i]);
+      view.copy_(params_[i].detach());
+      sharded_views_.push_back(view);
+    }
+    point_params_at(sharded_views_);
+    return;
+  }
+
+  const int rank = groups_.shard->rank();
+  sharded_flat_ = at::zeros({layout_.shard_numel()}, rest_options);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto slice = layout_.local_slice(static_cast<int64_t>(i), rank);
+    at::Tensor view = sharded_flat_.narrow(0, slice.shard_offset, slice.numel);
+    view.copy_(params_[i].detach().reshape(-1).narrow(0, slice.param_begin, slice.numel));
+    sharded_views_.push_back(view);
+  }
+  gathered_flat_ = at::empty({layout_.padded_numel()},
+                             at::TensorOptions().dtype(config_.compute_dtype).device(device));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& slot = layout_.slot(static_cast<int64_t>(i));
+    gathered_views_.push_back(gathered_flat_.narrow(0, slot.offset, slot.numel).view(shapes_[i]));
+  }
+  // Views are made while the storage is allocated (view creation checks
+  // bounds); from here on the storage is only resized in place.
+  free_storage_view(gathered_flat_);
+  point_params_at(sharded_views_);
+}
+
+void FlatParamGroup::point_params_at(const std::vector<at::Tensor>& views) {
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(views[i]);
+}
+
+// -- parameters -----------------------------------------------------------
+
+void FlatParamGroup::unshard_async() {
+  if (aliased_ || state_ != State::kSharded) return;
+  compat::resize_storage_bytes(gathered_flat_.storage().unsafeGetStorageImpl(), gathered_bytes());
+  gathered_bytes_counter_->add(gathered_bytes());
+  // The shard is cast (mixed precision) and moved (offload) once per gather.
+  all_gather_input_ = sharded_flat_.to(gathered_flat_.device(), config_.compute_dtype,
+                                       /*non_blocking=*/true);
+  if (groups_.shard->size() > 1) {
+    pending_gather_ = groups_.shard->all_gather(gathered_flat_, all_gather_input_);
+  } else {
+    gathered_flat_.copy_(all_gather_input_);
+  }
+  state_ = State::kInFlight;
+}
+
+void FlatParamGroup::wait_unshard() {
+  if (aliased_) return;
+  if (state_ == State::kSharded) unshard_async();
+  if (state_ != State::kInFlight) return;
+  if (pending_gather_) {
+    WorkPtr work = std::move(pending_gather_);
+    work->wait();
+  }
+  all_gather_input_.reset();
+  point_params_at(gathered_views_);
+  state_ = State::kGathered;
+}
+
+void FlatParamGroup::reshard() {
+  if (aliased_ || state_ == State::kSharded) return;
+  if (state_ == State::kInFlight && pending_gather_) {
+    // The gather writes into the buffer we are about to free.
+    WorkPtr work = std::move(pending_gather_);
+    work->wait();
+  }
+  all_gather_input_.reset();
+  point_params_at(sharded_views_);
+  free_storage_view(gathered_flat_);
+  gathered_bytes_counter_->sub(gathered_bytes());
+  state_ = State::kSharded;
+}
+
+// -- gradients ------------------------------------------------------------
+
+void FlatParamGroup::stash_sharded_grads() {
+  if (aliased_ || holding_unsharded_grads_ || grads_stashed_) return;
+  grads_stashed_ = true;
+  stashed_grads_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& grad = params_[i].mutable_grad();
+    stashed_grads_[i] = std::move(grad);
+    grad = at::Tensor();
+  }
+}
+
+void FlatParamGroup::scatter_grad_into(const at::Tensor& rows, int64_t param,
+                                       const at::Tensor& grad) const {
+  // The reduce input is [world, shard_numel + num_params]: each row is what
+  // one rank receives. A parameter's flat range may straddle rows.
+  const auto& slot = layout_.slot(param);
+  const int64_t shard = layout_.shard_numel();
+  at::Tensor flat = grad.reshape(-1);
+  int64_t pos = slot.offset;
+  int64_t src = 0;
+  while (src < slot.numel) {
+    const int64_t row = pos / shard;
+    const int64_t col = pos % shard;
+    const int64_t len = std::min(shard - col, slot.numel - src);
+    rows.select(0, row).narrow(0, col, len).copy_(flat.narrow(0, src, len));
+    pos += len;
+    src += len;
+  }
+}
+
+// [Note: unused-parameter flags]
+// A parameter that no rank used in a step has no gradient in the reference
+// run, and optimizers such as AdamW skip it entirely. A zero gradient would
+// not be the same (weight decay would still apply). So every reduction
+// carries one extra element per parameter: 1 where this rank produced a
+// gradient. After reduction each rank knows how many ranks used the
+// parameter, and leaves .grad() undefined when none did, like the reference.
+void FlatParamGroup::reduce_grads_async() {
+  TORCH_INTERNAL_ASSERT(!pending_reduce_, "a gradient reduction is already in flight");
+  const int world = groups_.shard->size();
+  const int64_t shard = layout_.shard_numel();
+  const int64_t nparams = layout_.num_params();
+  const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_[0].device();
+  at::NoGradGuard no_grad;
+  reduce_input_ = at::zeros({world, shard + nparams},
+                            at::TensorOptions().dtype(config_.reduce_dtype).device(device));
+  std::vector<float> used_flags(static_cast<size_t>(nparams), 0.f);
+  for (int64_t i = 0; i < nparams; ++i) {
+    at::Tensor& grad = params_[i].mutable_grad();
+    if (!grad.defined()) continue;
+    scatter_grad_into(reduce_input_, i, grad);
+    used_flags[static_cast<size_t>(i)] = 1.f;
+    // The full gradient is no longer needed: aliased parameters get the
+    // reduced value written back in place, sharded ones get their shard.
+    if (!aliased_) grad = at::Tensor();
+  }
+  if (nparams > 0) {
+    reduce_input_.narrow(1, shard, nparams)
+        .copy_(at::from_blob(used_flags.data(), {1, nparams}, at::kFloat).expand({world, nparams}));
+  }
+  if (world > 1) {
+    reduce_output_ = at::empty({shard + nparams}, reduce_input_.options());
+    pending_reduce_ = groups_.shard->reduce_scatter(reduce_output_, reduce_input_.view(-1),
+                                                    ReduceOp::kSum);
+  } else {
+    reduce_output_ = reduce_input_.view(-1);
+    if (groups_.replicate) {
+      pending_reduce_ = groups_.replicate->all_reduce(reduce_output_, ReduceOp::kSum);
+    }
+  }
+  reduce_started_ = true;
+  holding_unsharded_grads_ = false;
+}
+
+void FlatParamGroup::finish_grad_reduction() {
+  if (!reduce_started_) {
+    // Nothing was reduced this step (frozen unit, or no-sync backward keeps
+    // accumulating): give back any stashed sharded gradients untouched.
+    if (grads_stashed_ && !holding_unsharded_grads_) {
+      for (size_t i = 0; i < stashed_grads_.size(); ++i) {
+        if (stashed_grads_[i].defined()) params_[i].mutable_grad() = std::move(stashed_grads_[i]);
+      }
+      stashed_grads_.clear();
+      grads_stashed_ = false;
+    }
+    return;
+  }
+  reduce_started_ = false;
+  const int world = groups_.shard->size();
+  if (pending_reduce_) {
+    WorkPtr work = std::move(pending_reduce_);
+    work->wait();
+  }
+  int64_t divisor = world;
+  if (groups_.replicate) {
+    // Hybrid: after the shard group's reduce-scatter, replicas all-reduce.
+    if (world > 1) groups_.replicate->all_reduce(reduce_output_, ReduceOp::kSum)->wait();
+    divisor *= groups_.replicate->size();
+  }
+  reduce_input_.reset();
+  const int64_t shard = layout_.shard_numel();
+  const int64_t nparams = layout_.num_params();
+  at::NoGradGuard no_grad;
+  at::Tensor reduced = reduce_output_.narrow(0, 0, shard);
+  if (divisor > 1) reduced.div_(divisor);
+  at::Tensor users = reduce_output_.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
+  const float* user_count = users.data_ptr<float>();
+
+  if (!sharded_grad_.defined()) {
+    sharded_grad_ = at::zeros_like(sharded_flat_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& view = sharded_views_[i];
+      sharded_grad_views_.push_back(plain_alias(sharded_grad_, view));
+    }
+  }
+  const int rank = shard_rank();
+  for (int64_t i = 0; i < nparams; ++i) {
+    at::Tensor& param = params_[i];
+    if (!param.requires_grad()) continue;
+    const bool used = user_count[i] > 0.f;
+    const auto slice = aliased_ ? ShardLayout::LocalSlice{0, layout_.slot(i).numel,
+                                                          layout_.slot(i).offset}
+                                : layout_.local_slice(i, rank);
+    at::Tensor fresh = reduced.narrow(0, slice.shard_offset, slice.numel).view(sharded_grad_views_[i].sizes());
+    at::Tensor& grad = param.mutable_grad();
+    if (aliased_) {
+      // The parameter's gradient already holds everything accumulated so far
+      // (identical on every rank before this backward), so the average of
+      // the sums is the old value plus the average of the new parts.
+      if (!used) continue;
+      if (grad.defined()) {
+        grad.copy_(fresh);
+      } else {
+        sharded_grad_views_[i].copy_(fresh);
+        grad = sharded_grad_views_[i];
+      }
+      continue;
+    }
+    at::Tensor stashed = stashed_grads_.empty() ? at::Tensor() : std::move(stashed_grads_[i]);
+    if (stashed.defined()) {
+      stashed.add_(fresh);
+      grad = std::move(stashed);
+    } else if (used) {
+      sharded_grad_views_[i].copy_(fresh);
+      grad = sharded_grad_views_[i];
+    } else {
+      grad = at::Tensor();
+    }
+  }
+  stashed_grads_.clear();
+  grads_stashed_ = false;
+  reduce_output_.reset();
+}
+
+// -- introspection --------------------------------------------------------
+
+int64_t FlatParamGroup::gathered_bytes() const {
+  if (aliased_) return 0;
+  return layout_.padded_numel() * static_cast<int64_t>(c10::elementSize(config_.compute_dtype));
+}
+
+int64_t FlatParamGroup::sharded_bytes() const {
+  return sharded_flat_.numel() * static_cast<int64_t>(sharded_flat_.element_size());
+}
+
+int64_t FlatParamGroup::sharded_grad_bytes() const {
+  return sharded_grad_.defined() ? sharded_grad_.numel() * sharded_grad_.element_size() : 0;
+}
+
+int64_t FlatParamGroup::full_param_bytes() const {
+  return layout_.total_numel() * static_cast<int64_t>(sharded_flat_.element_size());
+}
+
+}  // namespace fsdp::detail

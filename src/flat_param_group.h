@@ -1,0 +1,126 @@
+#pragma once
+// One unit's parameters as a flat sharded buffer: the storage side of FSDP.
+// It knows how to unshard (all-gather), reshard (free) and reduce gradients;
+// it knows nothing about hooks or training state (see unit_state.h).
+//
+// The user's parameters keep their identity: only their data is swapped with
+// set_data() between a 1-D view of the local shard (at rest) and a view of
+// the gathered flat buffer (in forward and backward). See [Note: flat shard
+// layout] in fsdp/shard_layout.h.
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "fsdp/comm/process_group.h"
+#include "fsdp/shard_layout.h"
+#include "memory_counter.h"
+
+namespace fsdp::detail {
+
+// The groups a unit communicates over. `shard` holds the ranks the unit is
+// sharded across (size 1 when nothing is sharded); `replicate`, if set, holds
+// the ranks holding the same shard, across which gradients are all-reduced.
+struct UnitGroups {
+  ProcessGroupPtr shard;
+  ProcessGroupPtr replicate;  // nullptr: no replication
+};
+
+struct FlatParamConfig {
+  at::ScalarType compute_dtype;  // dtype of the gathered parameters
+  at::ScalarType reduce_dtype;   // dtype gradients are reduced in
+  bool offload_to_cpu = false;   // keep shards and sharded grads on the CPU
+  bool pin_memory = false;
+};
+
+class FlatParamGroup {
+ public:
+  // Takes over `params` (same dtype and device, floating point): copies the
+  // local shard out of each and points it at its sharded view. Collective-free.
+  FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::string> names, UnitGroups groups,
+                 FlatParamConfig config, MemoryCounter* gathered_bytes);
+
+  // -- parameters --------------------------------------------------------
+  // Starts gathering the full parameters (no-op if gathered or in flight).
+  void unshard_async();
+  // Finishes the gather and points every parameter at its full view.
+  void wait_unshard();
+  // Points every parameter at its shard and frees the gathered storage.
+  void reshard();
+  bool is_gathered() const { return state_ == State::kGathered; }
+  bool is_in_flight() const { return state_ == State::kInFlight; }
+  // True when the parameters never change shape or dtype (nothing sharded,
+  // no mixed precision): unshard and reshard are no-ops.
+  bool is_aliased() const { return aliased_; }
+
+  // -- gradients ---------------------------------------------------------
+  // Before the unit's backward: moves sharded gradients aside so autograd
+  // can accumulate full-shaped ones. Not done when unsharded gradients from a
+  // no-sync backward are still being accumulated.
+  void stash_sharded_grads();
+  // After the unit's backward: starts reducing the full gradients.
+  void reduce_grads_async();
+  // Waits for the reduction and leaves each parameter's .grad() as its
+  // sharded gradient (accumulated onto any stashed one).
+  void finish_grad_reduction();
+  bool has_pending_reduction() const { return reduce_started_; }
+  // False when gradients need no communication at all (one rank, nothing
+  // replicated): autograd's own accumulation already leaves the right values.
+  bool needs_grad_reduction() const { return !aliased_ || groups_.replicate != nullptr; }
+  // After a backward without gradient sync, full gradients stay on the
+  // parameters and keep accumulating until a synchronizing backward.
+  void keep_unsharded_grads() { holding_unsharded_grads_ = true; }
+  bool holds_unsharded_grads() const { return holding_unsharded_grads_; }
+
+  // -- introspection -----------------------------------------------------
+  const ShardLayout& layout() const { return layout_; }
+  const std::vector<at::Tensor>& params() const { return params_; }
+  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<std::vector<int64_t>>& shapes() const { return shapes_; }
+  const UnitGroups& groups() const { return groups_; }
+  int shard_rank() const { return groups_.shard->rank(); }
+  at::ScalarType param_dtype() const { return sharded_flat_.scalar_type(); }
+  const FlatParamConfig& config() const { return config_; }
+  // 1-D, param dtype, numel = layout().shard_numel()
+  const at::Tensor& sharded_flat() const { return sharded_flat_; }
+  int64_t gathered_bytes() const;  // bytes of the gathered buffer when alive
+  int64_t sharded_bytes() const;   // bytes of the local shard
+  int64_t sharded_grad_bytes() const;
+  int64_t full_param_bytes() const;  // unpadded, param dtype
+
+ private:
+  enum class State { kSharded, kInFlight, kGathered };
+  void point_params_at(const std::vector<at::Tensor>& views);
+  void scatter_grad_into(const at::Tensor& rows, int64_t param, const at::Tensor& grad) const;
+
+  std::vector<at::Tensor> params_;  // the user's leaf parameters
+  std::vector<std::string> names_;
+  std::vector<std::vector<int64_t>> shapes_;  // original shapes
+  UnitGroups groups_;
+  FlatParamConfig config_;
+  MemoryCounter* gathered_bytes_counter_;
+  ShardLayout layout_;
+  bool aliased_ = false;
+
+  at::Tensor sharded_flat_;               // 1-D, param dtype, shard_numel
+  std::vector<at::Tensor> sharded_views_;  // per param: 1-D run of sharded_flat_
+  at::Tensor gathered_flat_;               // 1-D, compute dtype, padded_numel;
+                                           // storage freed while sharded
+  std::vector<at::Tensor> gathered_views_;  // per param: full-shaped views
+  at::Tensor all_gather_input_;             // the cast shard, alive while in flight
+  WorkPtr pending_gather_;
+  State state_ = State::kSharded;
+
+  at::Tensor sharded_grad_;                     // 1-D, param dtype, shard_numel
+  std::vector<at::Tensor> sharded_grad_views_;  // per param, like sharded_views_
+  std::vector<at::Tensor> stashed_grads_;       // per param, during backward
+  bool grads_stashed_ = false;
+  at::Tensor reduce_output_;                    // [shard_numel + num_params]
+  at::Tensor reduce_input_;                     // alive while the reduction runs
+  WorkPtr pending_reduce_;
+  bool reduce_started_ = false;
+  bool holding_unsharded_grads_ = false;
+};
+
+}  // namespace fsdp::detail

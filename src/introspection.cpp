@@ -1,0 +1,94 @@
+#include "fsdp/introspection.h"
+
+#include <c10/util/Exception.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+
+#include "root_state.h"
+#include "unit_state.h"
+
+namespace fsdp {
+namespace {
+
+detail::RootState& root_state_of(const UnitModule& root) {
+  TORCH_CHECK(root.root_state(),
+              "fsdp: expected the root module that fully_shard returned; this module is ",
+              root.is_sharded() ? "a nested unit" : "not sharded");
+  return *root.root_state();
+}
+
+int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+
+}  // namespace
+
+std::vector<ParamShard> param_shards(const UnitModule& root) {
+  std::vector<ParamShard> shards;
+  for (const auto& unit : root_state_of(root).units()) {
+    const auto& group = unit->params();
+    const auto& layout = group.layout();
+    for (int64_t i = 0; i < layout.num_params(); ++i) {
+      ParamShard shard;
+      shard.name = group.names()[i];
+      shard.param = group.params()[i];
+      shard.full_shape = group.shapes()[i];
+      shard.unit = unit->name();
+      if (group.is_aliased()) {
+        shard.flat_begin = 0;
+        shard.numel = layout.slot(i).numel;
+      } else {
+        const auto slice = layout.local_slice(i, group.shard_rank());
+        shard.flat_begin = slice.param_begin;
+        shard.numel = slice.numel;
+      }
+      shards.push_back(std::move(shard));
+    }
+  }
+  return shards;
+}
+
+MemoryStats memory_stats(const UnitModule& root) {
+  detail::RootState& state = root_state_of(root);
+  MemoryStats stats;
+  for (const auto& unit : state.units()) {
+    const auto& group = unit->params();
+    stats.sharded_param_bytes += group.sharded_bytes();
+    stats.sharded_grad_bytes += group.sharded_grad_bytes();
+    stats.unsharded_param_bytes += group.full_param_bytes();
+    const int64_t gathered = group.is_aliased() ? group.sharded_bytes() : group.gathered_bytes();
+    if (unit->is_root()) {
+      stats.root_unit_bytes = gathered;
+    } else {
+      stats.largest_unit_bytes = std::max(stats.largest_unit_bytes, gathered);
+    }
+    // Gradients a no-sync backward left unsharded on the parameters.
+    if (group.holds_unsharded_grads()) {
+      for (const auto& p : group.params()) stats.sharded_grad_bytes += bytes(p.grad());
+    }
+  }
+  stats.gathered_param_bytes = state.gathered_bytes().current();
+  stats.peak_gathered_param_bytes = state.gathered_bytes().peak();
+  return stats;
+}
+
+void reset_peak_memory_stats(UnitModule& root) { root_state_of(root).gathered_bytes().reset_peak(); }
+
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  int64_t total = 0;
+  for (const auto& entry : optimizer.state()) {
+    const auto* state = entry.second.get();
+    if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+      total += bytes(adamw->exp_avg()) + bytes(adamw->exp_avg_sq()) + bytes(adamw->max_exp_avg_sq());
+    } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+      total += bytes(adam->exp_avg()) + bytes(adam->exp_avg_sq()) + bytes(adam->max_exp_avg_sq());
+    } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+      total += bytes(sgd->momentum_buffer());
+    }
+  }
+  return total;
+}
+
+}  // namespace fsdp

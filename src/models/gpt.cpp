@@ -1,0 +1,111 @@
+#include "fsdp/models/gpt.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/linear.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+namespace fsdp::models {
+
+namespace F = torch::nn::functional;
+
+void GPTConfig::validate() const {
+  TORCH_CHECK(vocab_size > 0 && context > 0 && d_model > 0 && n_layer > 0 && n_head > 0,
+              "gpt: every size must be positive (vocab ", vocab_size, ", context ", context,
+              ", d_model ", d_model, ", n_layer ", n_layer, ", n_head ", n_head, ")");
+  TORCH_CHECK(d_model % n_head == 0, "gpt: d_model ", d_model, " is not divisible by n_head ",
+              n_head, "; pick a head count that divides the width (e.g. ", d_model / 32 > 0 ? d_model / 32 : 1,
+              ")");
+}
+
+int64_t GPTConfig::num_params() const {
+  const int64_t d = d_model;
+  const int64_t per_block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) +
+                            (4 * d * d + d);
+  return vocab_size * d + context * d + n_layer * per_block + 2 * d;
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
+    : n_head_(config.n_head) {
+  qkv_ = register_module("qkv", torch::nn::Linear(config.d_model, 3 * config.d_model));
+  proj_ = register_module("proj", torch::nn::Linear(config.d_model, config.d_model));
+  mask_ = register_buffer("mask", at::ones({config.context, config.context}, at::kBool).triu(1));
+}
+
+at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  const int64_t hd = C / n_head_;
+  auto qkv = qkv_->forward(x).view({B, T, 3, n_head_, hd}).permute({2, 0, 3, 1, 4});
+  at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // [B, H, T, hd]
+  at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  att = att.masked_fill(mask_.narrow(0, 0, T).narrow(1, 0, T), -std::numeric_limits<float>::infinity());
+  att = at::softmax(att, -1);
+  at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({B, T, C});
+  return proj_->forward(y);
+}
+
+BlockImpl::BlockImpl(const GPTConfig& config) {
+  const int64_t d = config.d_model;
+  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  attn_ = register_module("attn", CausalSelfAttention(config));
+  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  fc_ = register_module("fc", torch::nn::Linear(d, 4 * d));
+  fc_proj_ = register_module("fc_proj", torch::nn::Linear(4 * d, d));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& x) {
+  at::Tensor h = x + attn_->forward(ln1_->forward(x));
+  return h + fc_proj_->forward(at::gelu(fc_->forward(ln2_->forward(h))));
+}
+
+GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
+  config_.validate();
+  wte_ = register_module("wte", torch::nn::Embedding(config.vocab_size, config.d_model));
+  wpe_ = register_module("wpe", torch::nn::Embedding(config.context, config.d_model));
+  blocks_ = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    if (config.shard_blocks) {
+      blocks_->push_back(fsdp::Sharded<Block>(config));
+    } else {
+      blocks_->push_back(Block(config));
+    }
+  }
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.d_model})));
+  // GPT-2 style init: small normal weights, zero biases.
+  at::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    if (p.key().find("ln") != std::string::npos) continue;
+    if (p.value().dim() >= 2) {
+      p.value().normal_(0.0, 0.02);
+    } else {
+      p.value().zero_();
+    }
+  }
+}
+
+at::Tensor GPTImpl::forward(const at::Tensor& tokens) {
+  const int64_t T = tokens.size(1);
+  TORCH_CHECK(T <= config_.context, "gpt: sequence of ", T, " tokens exceeds the context of ",
+              config_.context);
+  at::Tensor pos = at::arange(T, tokens.options().dtype(at::kLong));
+  at::Tensor x = wte_->forward(tokens) + wpe_->forward(pos);
+  for (const auto& module : *blocks_) {
+    if (auto* unit = module->as<fsdp::ShardedImpl<BlockImpl>>()) {
+      x = unit->forward(x);
+    } else {
+      x = module->as<BlockImpl>()->forward(x);
+    }
+  }
+  x = ln_f_->forward(x);
+  return F::linear(x, wte_->weight);  // tied head
+}
+
+at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+}  // namespace fsdp::models

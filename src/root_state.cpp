@@ -1,0 +1,72 @@
+#include "root_state.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+namespace fsdp::detail {
+
+RootState::RootState(ProcessGroupPtr world, int max_inflight_all_gathers)
+    : world_(std::move(world)), max_inflight_all_gathers_(max_inflight_all_gathers) {
+  const char* debug = std::getenv("FSDP_DEBUG");
+  validate_every_step_ = debug != nullptr && std::string(debug) != "0";
+}
+
+void RootState::on_pre_forward(UnitState& unit) {
+  if (validating_) validate_order(unit, recording_order_.size());
+  recording_order_.push_back(&unit);
+}
+
+void RootState::exit_root_forward() {
+  TORCH_INTERNAL_ASSERT(root_forward_depth_ > 0);
+  if (--root_forward_depth_ > 0) return;
+  forward_order_ = std::move(recording_order_);
+  recording_order_.clear();
+  if (!validate_every_step_) validating_ = false;
+}
+
+// [Note: execution order validation]
+// FSDP's collectives match up only if every rank gathers the same units in
+// the same order. If a rank took another branch, the gathers would pair up
+// wrong and fail obscurely or hang until the timeout. So on the first step
+// (and on every step with FSDP_DEBUG=1) the ranks agree on each unit before
+// gathering it: a tiny all-gather of its index.
+void RootState::validate_order(UnitState& unit, size_t position) {
+  const auto it = std::find_if(units_.begin(), units_.end(),
+                               [&unit](const auto& u) { return u.get() == &unit; });
+  const int64_t index = it - units_.begin();
+  const std::vector<int64_t> indices = all_gather_int64(*world_, index);
+  if (std::all_of(indices.begin(), indices.end(), [&](int64_t i) { return i == index; })) return;
+  std::ostringstream ranks;
+  for (size_t r = 0; r < indices.size(); ++r) {
+    const auto& name = units_.at(static_cast<size_t>(indices[r]))->name();
+    ranks << (r ? ", " : "") << "rank " << r << " ran '" << (name.empty() ? "<root>" : name) << "'";
+  }
+  TORCH_CHECK(false, "fsdp: ranks ran units in different orders: at forward position ", position,
+              ", ", ranks.str(),
+              ". Every rank must run the same units in the same order; control flow that depends "
+              "on rank-local data is not supported");
+}
+
+void RootState::on_backward_hook() {
+  if (callback_queued_) return;
+  callback_queued_ = true;
+  in_backward_ = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { on_backward_done(); });
+}
+
+// The end of backward: units that backward never fully reached (the root,
+// units whose inputs need no gradient) reduce now, in reverse forward order
+// so every rank issues the same sequence; then everything is waited for.
+void RootState::on_backward_done() {
+  for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_backward_step();
+  for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_grad_reduction();
+  callback_queued_ = false;
+  in_backward_ = false;
+  ++completed_steps_;
+}
+
+}  // namespace fsdp::detail

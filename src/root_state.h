@@ -1,0 +1,73 @@
+#pragma once
+// State shared by every unit of one fully_shard() call: the unit list, the
+// step-level state (are we in backward? was the final callback queued?), the
+// recorded execution order for prefetch and validation, and the memory
+// accounting. The root unit owns it; other units point to it.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fsdp/comm/process_group.h"
+#include "memory_counter.h"
+#include "unit_state.h"
+
+namespace fsdp::detail {
+
+class RootState {
+ public:
+  RootState(ProcessGroupPtr world, int max_inflight_all_gathers);
+
+  // Units in pre-order; units()[0] is the root.
+  void add_unit(std::shared_ptr<UnitState> unit) { units_.push_back(std::move(unit)); }
+  const std::vector<std::shared_ptr<UnitState>>& units() const { return units_; }
+  UnitState& root_unit() { return *units_.front(); }
+  ProcessGroup& world() { return *world_; }
+
+  // Called by each unit's pre_forward, before it gathers.
+  void on_pre_forward(UnitState& unit);
+  // Called by each unit's pre_backward and post_backward: makes sure the
+  // final callback is queued for this backward.
+  void on_backward_hook();
+  // The engine's final callback: finishes every unit's step.
+  void on_backward_done();
+
+  bool root_forward_active() const { return root_forward_depth_ > 0; }
+  bool in_backward() const { return in_backward_; }
+  void enter_root_forward() { ++root_forward_depth_; }
+  void exit_root_forward();
+
+  // Gradient sync (no_sync / set_requires_gradient_sync).
+  bool requires_grad_sync() const { return requires_grad_sync_; }
+  void set_requires_grad_sync(bool on) { requires_grad_sync_ = on; }
+
+  // Validate the order of unit forwards across ranks on every step, not only
+  // the first (FSDP_DEBUG=1 turns it on).
+  void set_validate_every_step(bool on) { validate_every_step_ = on; }
+
+  // Forward order of the last completed forward; prefetch reads it.
+  const std::vector<UnitState*>& forward_order() const { return forward_order_; }
+  int max_inflight_all_gathers() const { return max_inflight_all_gathers_; }
+  int64_t completed_steps() const { return completed_steps_; }
+
+  MemoryCounter& gathered_bytes() { return gathered_bytes_; }
+
+ private:
+  void validate_order(UnitState& unit, size_t position);
+
+  ProcessGroupPtr world_;
+  std::vector<std::shared_ptr<UnitState>> units_;
+  int root_forward_depth_ = 0;
+  bool in_backward_ = false;
+  bool callback_queued_ = false;
+  bool requires_grad_sync_ = true;
+  bool validate_every_step_ = false;
+  bool validating_ = true;  // the first step is always validated
+  int max_inflight_all_gathers_;
+  int64_t completed_steps_ = 0;
+  std::vector<UnitState*> recording_order_;
+  std::vector<UnitState*> forward_order_;
+  MemoryCounter gathered_bytes_;
+};
+
+}  // namespace fsdp::detail

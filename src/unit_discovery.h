@@ -1,0 +1,32 @@
+#pragma once
+// Finds the units in a model and which parameters each one owns.
+//
+// A parameter belongs to the innermost unit whose subtree contains it. A
+// parameter reachable from two units (tied weights across units) is an
+// error: the tie must live inside one unit, e.g. the root.
+
+#include <torch/nn/module.h>
+
+#include <string>
+#include <vector>
+
+#include "fsdp/sharded.h"
+
+namespace fsdp::detail {
+
+struct DiscoveredUnit {
+  UnitModule* module = nullptr;
+  std::string name;  // module path from the root; "" for the root
+  std::vector<at::Tensor> params;
+  std::vector<std::string> param_names;  // fully qualified, first name seen
+};
+
+struct DiscoveredModel {
+  std::vector<DiscoveredUnit> units;  // pre-order; units[0] is the root
+  std::vector<at::Tensor> buffers;    // deduplicated
+  std::vector<std::string> buffer_names;
+};
+
+DiscoveredModel discover_units(UnitModule& root);
+
+}  // namespace fsdp::detail

@@ -1,0 +1,150 @@
+#include "unit_state.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "autograd_hooks.h"
+#include "root_state.h"
+
+namespace fsdp::detail {
+namespace {
+
+const std::string& display_name(const std::string& name) {
+  static const std::string kRoot = "<root>";
+  return name.empty() ? kRoot : name;
+}
+
+void cast_floating(TensorRefs& tensors, at::ScalarType dtype) {
+  for (at::Tensor* t : tensors) {
+    if (at::isFloatingType(t->scalar_type()) && t->scalar_type() != dtype) *t = t->to(dtype);
+  }
+}
+
+}  // namespace
+
+UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, RootState* root)
+    : config_(std::move(config)), params_(std::move(params)), root_(root) {}
+
+void UnitState::pre_forward(TensorRefs& inputs) {
+  RootState& root = *root_;
+  const std::string& name = display_name(config_.name);
+  TORCH_CHECK(!root.in_backward(), "fsdp: forward of unit '", name,
+              "' was called during backward; running forward inside backward (e.g. re-entrant "
+              "activation checkpointing across units) is not supported");
+  TORCH_CHECK(state_ == TrainingState::kIdle, "fsdp: forward of unit '", name,
+              "' was called while the unit is in state ", to_string(state_),
+              "; a unit cannot run inside its own forward");
+  if (config_.is_root) {
+    root.enter_root_forward();
+  } else {
+    TORCH_CHECK(root.root_forward_active(), "fsdp: unit '", name,
+                "' ran forward outside its root's forward; call the module that fully_shard "
+                "returned (the root), not one of its units directly");
+  }
+  state_ = TrainingState::kForward;
+  root.on_pre_forward(*this);
+  params_->wait_unshard();
+  if (at::GradMode::is_enabled()) attach_post_backward_node(inputs, weak_from_this());
+  if (config_.cast_inputs_to) cast_floating(inputs, *config_.cast_inputs_to);
+}
+
+void UnitState::post_forward(TensorRefs& outputs) {
+  TORCH_INTERNAL_ASSERT(state_ == TrainingState::kForward);
+  const bool grad_enabled = at::GradMode::is_enabled();
+  if (config_.cast_outputs_to) cast_floating(outputs, *config_.cast_outputs_to);
+  bool keep_gathered = false;
+  if (grad_enabled) {
+    const bool hooked = attach_pre_backward_hooks(outputs, weak_from_this());
+    bool any_output_needs_grad = hooked;
+    if (hooked) {
+      ++pending_backwards_;
+      param_versions_.clear();
+      for (const auto& p : params_->params()) param_versions_.push_back(static_cast<uint32_t>(p._version()));
+    } else {
+      // No output we can see needs a gradient, but one might hide in a type
+      // we cannot walk; then backward would need the gathered parameters
+      // with no pre-backward to gather them. Keep them gathered until the
+      // step ends, and let autograd accumulate full-shaped gradients.
+      for (const auto& p : params_->params()) any_output_needs_grad |= p.requires_grad();
+      if (any_output_needs_grad) {
+        keep_gathered = true;
+        unhooked_backward_ = true;
+        params_->stash_sharded_grads();
+      }
+    }
+  }
+  state_ = TrainingState::kIdle;
+  const bool reshard = !grad_enabled || (!keep_gathered && config_.reshard_after_forward);
+  if (reshard) params_->reshard();
+  if (config_.is_root) root_->exit_root_forward();
+}
+
+void UnitState::check_params_unmodified() const {
+  const auto& params = params_->params();
+  for (size_t i = 0; i < param_versions_.size() && i < params.size(); ++i) {
+    TORCH_CHECK(static_cast<uint32_t>(params[i]._version()) == param_versions_[i],
+                "fsdp: parameter '", params_->names()[i],
+                "' was modified in place after forward and before its backward ran (did "
+                "optimizer.step() run before backward finished?); step the optimizer only after "
+                "loss.backward() returns");
+  }
+}
+
+void UnitState::pre_backward() {
+  root_->on_backward_hook();
+  if (state_ == TrainingState::kPreBackward) return;
+  TORCH_CHECK(state_ == TrainingState::kIdle, "fsdp: backward reached unit '",
+              display_name(config_.name), "' in state ", to_string(state_),
+              "; its gradients were already reduced this step (is one of its outputs used after "
+              "its inputs' gradients were complete?)");
+  check_params_unmodified();
+  state_ = TrainingState::kPreBackward;
+  params_->wait_unshard();
+  params_->stash_sharded_grads();
+}
+
+void UnitState::post_backward() {
+  root_->on_backward_hook();
+  if (pending_backwards_ > 0) --pending_backwards_;
+  if (pending_backwards_ > 0 || state_ != TrainingState::kPreBackward) return;
+  reduce_and_reshard();
+}
+
+void UnitState::reduce_and_reshard() {
+  bool trainable = false;
+  for (const auto& p : params_->params()) trainable |= p.requires_grad();
+  if (trainable && params_->needs_grad_reduction()) {
+    if (root_->requires_grad_sync()) {
+      params_->reduce_grads_async();
+    } else {
+      params_->keep_unsharded_grads();
+    }
+  }
+  params_->reshard();
+  state_ = TrainingState::kPostBackward;
+}
+
+void UnitState::finish_backward_step() {
+  if (state_ == TrainingState::kPreBackward) {
+    reduce_and_reshard();
+  } else if (state_ == TrainingState::kIdle) {
+    if (unhooked_backward_) {
+      // Kept gathered for an output we could not hook: reduce what autograd
+      // accumulated, exactly as a hooked unit would.
+      reduce_and_reshard();
+    } else {
+      // Forward ran, but backward never reached this unit (its outputs did
+      // not feed the loss): just free.
+      params_->reshard();
+    }
+  }
+  unhooked_backward_ = false;
+  pending_backwards_ = 0;
+}
+
+void UnitState::finish_grad_reduction() {
+  params_->finish_grad_reduction();
+  state_ = TrainingState::kIdle;
+}
+
+}  // namespace fsdp::detail

@@ -1,0 +1,77 @@
+#pragma once
+// The runtime side of one unit: the training-state machine and the hooks
+// that drive its FlatParamGroup through a step.
+//
+//   pre_forward    gather the parameters (or wait for a prefetched gather)
+//   post_forward   hook the outputs for backward; free the parameters
+//   pre_backward   (first output gradient arrives) gather again; stash
+//                  sharded gradients
+//   post_backward  (gradient reaches the unit's inputs) reduce-scatter the
+//                  gradients; free the parameters
+//
+// The root's final callback finishes whatever a unit could not finish by
+// itself (see RootState::on_backward_done).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "flat_param_group.h"
+#include "fsdp/tensor_walk.h"
+#include "training_state.h"
+
+namespace fsdp::detail {
+
+class RootState;
+
+struct UnitConfig {
+  std::string name;  // the module path, "" for the root
+  bool is_root = false;
+  bool reshard_after_forward = true;
+  bool prefetch = true;
+  c10::optional<at::ScalarType> cast_inputs_to;  // mixed precision
+  c10::optional<at::ScalarType> cast_outputs_to;
+};
+
+class UnitState : public std::enable_shared_from_this<UnitState> {
+ public:
+  UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, RootState* root);
+
+  void pre_forward(TensorRefs& inputs);
+  void post_forward(TensorRefs& outputs);
+  void pre_backward();
+  void post_backward();
+  // From the root's final callback: finish this unit's part of the step.
+  void finish_backward_step();
+  void finish_grad_reduction();
+
+  const std::string& name() const { return config_.name; }
+  bool is_root() const { return config_.is_root; }
+  TrainingState state() const { return state_; }
+  FlatParamGroup& params() { return *params_; }
+  const FlatParamGroup& params() const { return *params_; }
+  RootState& root() { return *root_; }
+  const UnitConfig& config() const { return config_; }
+  // Prefetch targets (issue order), set from the recorded order or by hand.
+  std::vector<UnitState*> forward_prefetch;
+  std::vector<UnitState*> backward_prefetch;
+
+ private:
+  void reduce_and_reshard();
+  void check_params_unmodified() const;
+  void attach_post_backward(TensorRefs& inputs);
+  void attach_pre_backward(TensorRefs& outputs);
+
+  UnitConfig config_;
+  std::unique_ptr<FlatParamGroup> params_;
+  RootState* root_;
+  TrainingState state_ = TrainingState::kIdle;
+  // Forwards run with grad this step whose backward has not reached the
+  // unit's inputs yet; the unit reduces when the last one does.
+  int pending_backwards_ = 0;
+  bool unhooked_backward_ = false;  // kept gathered: outputs could not be hooked
+  std::vector<uint32_t> param_versions_;  // at post-forward, to catch in-place edits
+};
+
+}  // namespace fsdp::detail

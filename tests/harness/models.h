@@ -1,0 +1,29 @@
+#pragma once
+// Small models for parity tests. Each marks its units with fsdp::Sharded<>
+// when `units` is true; unsharded, the same class is the reference.
+
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+
+#include "fsdp/models/gpt.h"
+#include "fsdp/sharded.h"
+
+namespace fsdp::testing {
+
+// in -> hidden -> hidden -> out, with a scalar and a 2-element parameter
+// in the root so some parameters have fewer elements than ranks.
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int64_t in, int64_t hidden, int64_t out, bool units);
+  at::Tensor forward(const at::Tensor& x);
+
+  torch::nn::Sequential layers{nullptr};
+  at::Tensor scale;  // scalar
+  at::Tensor shift;  // [2]
+};
+TORCH_MODULE(Mlp);
+
+fsdp::models::GPTConfig tiny_gpt_config(bool shard_blocks);
+
+}  // namespace fsdp::testing

@@ -1,0 +1,161 @@
+#include "harness/multiprocess.h"
+
+#include <arpa/inet.h>
+#include <c10/util/Exception.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+extern char** environ;
+
+namespace fsdp::testing {
+namespace {
+
+// The parent's environment with `overrides` applied, as "KEY=VALUE" strings.
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& overrides) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const auto& [key, value] : overrides) env[key] = value;
+  std::vector<std::string> out;
+  for (const auto& [key, value] : env) out.push_back(key + "=" + value);
+  return out;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int output_fd = -1;  // read end of the child's stdout+stderr pipe; -1 at EOF
+};
+
+}  // namespace
+
+int free_tcp_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  TORCH_CHECK(fd >= 0, "free_tcp_port: socket() failed: ", std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  TORCH_CHECK(ok, "free_tcp_port: cannot bind 127.0.0.1:0: ", std::strerror(err));
+  return ntohs(addr.sin_port);
+}
+
+std::vector<ProcessResult> run_processes(const std::string& program,
+                                         const std::vector<std::string>& args, int world_size,
+                                         std::chrono::milliseconds timeout,
+                                         const std::map<std::string, std::string>& extra_env) {
+  TORCH_CHECK(world_size >= 1, "run_processes: world_size must be >= 1, got ", world_size);
+  const std::string port = std::to_string(free_tcp_port());
+  std::vector<std::string> argv_strings{program};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv = c_strings(argv_strings);
+
+  std::vector<Child> children(world_size);
+  std::vector<ProcessResult> results(world_size);
+  for (int rank = 0; rank < world_size; ++rank) {
+    auto overrides = extra_env;
+    overrides["RANK"] = overrides["LOCAL_RANK"] = std::to_string(rank);
+    overrides["WORLD_SIZE"] = overrides["LOCAL_WORLD_SIZE"] = std::to_string(world_size);
+    overrides["MASTER_ADDR"] = "127.0.0.1";
+    overrides["MASTER_PORT"] = port;
+    // Built before fork: only async-signal-safe calls may run in the child.
+    std::vector<std::string> env_strings = child_environment(overrides);
+    std::vector<char*> envp = c_strings(env_strings);
+
+    int pipe_fds[2];
+    TORCH_CHECK(::pipe2(pipe_fds, O_CLOEXEC) == 0, "run_processes: pipe failed: ",
+                std::strerror(errno));
+    const pid_t pid = ::fork();
+    TORCH_CHECK(pid >= 0, "run_processes: fork failed: ", std::strerror(errno));
+    if (pid == 0) {
+      ::dup2(pipe_fds[1], STDOUT_FILENO);
+      ::dup2(pipe_fds[1], STDERR_FILENO);
+      ::execve(program.c_str(), argv.data(), envp.data());
+      const char msg[] = "run_processes: execve failed\n";
+      (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+      ::_exit(127);
+    }
+    ::close(pipe_fds[1]);
+    children[rank].pid = pid;
+    children[rank].output_fd = pipe_fds[0];
+    results[rank].rank = rank;
+  }
+
+  // Drain every child's output until all pipes close; kill all at the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool killed = false;
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<int> owners;
+    for (int r = 0; r < world_size; ++r) {
+      if (children[r].output_fd >= 0) {
+        fds.push_back({children[r].output_fd, POLLIN, 0});
+        owners.push_back(r);
+      }
+    }
+    if (fds.empty()) break;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 && !killed) {
+      for (auto& c : children) ::kill(c.pid, SIGKILL);
+      killed = true;
+    }
+    const int wait_ms = killed ? 1000 : static_cast<int>(std::min<int64_t>(left.count(), 1000));
+    const int ready = ::poll(fds.data(), fds.size(), wait_ms);
+    if (ready < 0 && errno != EINTR) break;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      char buf[4096];
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        results[owners[i]].output.append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        ::close(fds[i].fd);
+        children[owners[i]].output_fd = -1;
+      }
+    }
+  }
+  // A child may close its output and still run: reap it, or kill it at the deadline.
+  for (int r = 0; r < world_size; ++r) {
+    int status = 0;
+    for (;;) {
+      const pid_t done = ::waitpid(children[r].pid, &status, WNOHANG);
+      if (done == children[r].pid || (done < 0 && errno != EINTR)) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::kill(children[r].pid, SIGKILL);
+        while (::waitpid(children[r].pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        break;
+      }
+      ::usleep(10000);
+    }
+    results[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    results[r].term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  }
+  return results;
+}
+
+}  // namespace fsdp::testing

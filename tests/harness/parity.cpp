@@ -1,0 +1,95 @@
+#include "harness/parity.h"
+
+#include <gtest/gtest.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <cmath>
+
+#include "fsdp/introspection.h"
+
+namespace fsdp::testing {
+
+const char* to_string(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgdMomentum: return "SgdMomentum";
+    case OptimizerKind::kAdamW: return "AdamW";
+    case OptimizerKind::kAdam: return "Adam";
+    case OptimizerKind::kSgd: return "Sgd";
+  }
+  return "?";
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind,
+                                                        const std::vector<at::Tensor>& params) {
+  switch (kind) {
+    case OptimizerKind::kSgdMomentum:
+      return std::make_unique<torch::optim::SGD>(
+          params, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(0.01));
+    case OptimizerKind::kSgd:
+      return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05));
+    case OptimizerKind::kAdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          params, torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
+    case OptimizerKind::kAdam:
+      return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3));
+  }
+  return nullptr;
+}
+
+void copy_state(torch::nn::Module& dst, const torch::nn::Module& src) {
+  at::NoGradGuard no_grad;
+  auto src_params = src.named_parameters();
+  for (auto& p : dst.named_parameters()) {
+    const at::Tensor* s = src_params.find(p.key());
+    TORCH_CHECK(s, "copy_state: no parameter '", p.key(), "' in the source");
+    p.value().copy_(*s);
+  }
+  auto src_buffers = src.named_buffers();
+  for (auto& b : dst.named_buffers()) {
+    const at::Tensor* s = src_buffers.find(b.key());
+    TORCH_CHECK(s, "copy_state: no buffer '", b.key(), "' in the source");
+    b.value().copy_(*s);
+  }
+}
+
+at::Tensor local_rows(const at::Tensor& global, int rank, int world_size) {
+  const int64_t rows = global.size(0);
+  TORCH_CHECK(rows % world_size == 0, "local_rows: ", rows, " rows do not split over ", world_size);
+  const int64_t per = rows / world_size;
+  return global.narrow(0, rank * per, per);
+}
+
+double global_mean(ProcessGroup& group, double local) {
+  at::Tensor t = at::full({1}, local, at::kDouble);
+  group.all_reduce(t, ReduceOp::kSum)->wait();
+  return t.item<double>() / group.size();
+}
+
+double relative_diff(double a, double b) {
+  return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-8});
+}
+
+double expect_shards_match(const UnitModule& root, const torch::nn::Module& reference,
+                           double rtol, double atol, const std::string& context) {
+  auto ref_params = reference.named_parameters();
+  double worst = 0;
+  for (const auto& shard : param_shards(root)) {
+    const at::Tensor* ref = ref_params.find(shard.name);
+    EXPECT_NE(ref, nullptr) << context << ": reference has no parameter " << shard.name;
+    if (!ref) continue;
+    EXPECT_EQ(ref->sizes().vec(), shard.full_shape) << context << ": " << shard.name;
+    at::Tensor expected = ref->detach().reshape(-1).narrow(0, shard.flat_begin, shard.numel);
+    at::Tensor actual = shard.param.detach().reshape(-1);
+    EXPECT_EQ(actual.numel(), shard.numel) << context << ": " << shard.name;
+    if (actual.numel() != expected.numel() || actual.numel() == 0) continue;
+    const double diff = (actual - expected).abs().max().item<double>();
+    worst = std::max(worst, diff);
+    EXPECT_TRUE(at::allclose(actual, expected, rtol, atol))
+        << context << ": parameter " << shard.name << " differs by up to " << diff;
+  }
+  return worst;
+}
+
+}  // namespace fsdp::testing

@@ -1,0 +1,275 @@
+// Command-line parsing for fsdp-run. CLI11 reads the flags as strings and we
+// convert them here, so every bad value gets a message that names the flag,
+// the value and the fix (CLI11's own conversion errors do not say the fix).
+
+#include "launch_options.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace fsdp_run {
+namespace {
+
+constexpr int kBadInput = 2;
+
+constexpr const char* kDescription =
+    "fsdp-run: start N worker processes of one program on this node with the\n"
+    "torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
+    "GROUP_RANK, NODE_RANK, MASTER_ADDR, MASTER_PORT), prefix their output\n"
+    "with the rank, and stop them all when one fails.";
+
+constexpr const char* kFooter = R"(OUTPUT
+  Each worker line goes to fsdp-run's stdout or stderr (the same stream the
+  worker used) as "[rank R] <line>", written whole so ranks never interleave
+  within a line. '\r' also ends a line, so progress bars stay readable. A last
+  line without a newline gets one at exit. --no-prefix hands the workers
+  fsdp-run's own stdout and stderr instead (bytes untouched, no prefixes).
+
+EXIT STATUS
+  0 when every worker exits 0. When a worker exits non-zero or dies from a
+  signal, the others get SIGTERM, then SIGKILL after --grace-period, and
+  fsdp-run exits with that worker's code (128+N for signal N). SIGINT, SIGTERM
+  and SIGHUP sent to fsdp-run are forwarded to every worker; a second one
+  sends SIGKILL at once. 2: bad flags. 126/127: the program cannot be run or
+  is not found.
+
+EXAMPLES
+  Single node, 4 workers, free port picked on localhost:
+    fsdp-run --standalone --nproc-per-node 4 -- ./train --steps 100
+
+  Two nodes, 2 workers each (run one command on each node):
+    node0$ fsdp-run --nnodes 2 --node-rank 0 --nproc-per-node 2 \
+             --master-addr node0.example --master-port 29500 -- ./train
+    node1$ fsdp-run --nnodes 2 --node-rank 1 --nproc-per-node 2 \
+             --master-addr node0.example --master-port 29500 -- ./train
+
+  mpirun / srun need no fsdp-run: libfsdp also reads OMPI_COMM_WORLD_* and
+  SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. Export MASTER_ADDR and MASTER_PORT:
+    MASTER_ADDR=node0 MASTER_PORT=29500 mpirun -np 8 -x MASTER_ADDR -x MASTER_PORT ./train
+    MASTER_ADDR=node0 MASTER_PORT=29500 srun -N 2 --ntasks-per-node 4 ./train
+)";
+
+// CLI11's usage line does not know about the "-- PROGRAM" part.
+class LauncherFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "\nUsage: fsdp-run [OPTIONS] -- PROGRAM [ARGS...]\n";
+  }
+};
+
+void print_error(const std::string& message) {
+  std::fprintf(stderr, "fsdp-run: %s\n", message.c_str());
+}
+
+// Parses a whole decimal integer; nullopt for "", "2x", "auto", overflow.
+std::optional<long> to_long(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return std::nullopt;
+  return value;
+}
+
+std::optional<double> to_seconds(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !(value >= 0) || value > 86400.0) return std::nullopt;
+  return value;
+}
+
+// The flags as the user typed them, before conversion.
+struct RawFlags {
+  std::string nproc_per_node = "1";
+  std::string nnodes = "1";
+  std::string node_rank = "0";
+  std::string master_addr = "127.0.0.1";
+  std::string master_port = "29500";
+  std::string grace_period = "5";
+  bool standalone = false;
+  bool no_prefix = false;
+};
+
+// Converts and checks the raw flags. Returns an error message, or "" if ok.
+std::string convert(const RawFlags& raw, const CLI::App& app, LaunchOptions& opts) {
+  auto nproc = to_long(raw.nproc_per_node);
+  if (!nproc || *nproc < 1 || *nproc > 4096) {
+    return fmt::format(
+        "--nproc-per-node must be a whole number of workers from 1 to 4096, got '{}' "
+        "(e.g. --nproc-per-node 2)",
+        raw.nproc_per_node);
+  }
+  if (raw.nnodes.find(':') != std::string::npos) {
+    return fmt::format(
+        "--nnodes '{}' is an elastic range; fsdp-run has no elastic mode, give a fixed "
+        "node count (e.g. --nnodes 2)",
+        raw.nnodes);
+  }
+  auto nnodes = to_long(raw.nnodes);
+  if (!nnodes || *nnodes < 1 || *nnodes > 65536) {
+    return fmt::format("--nnodes must be a whole number of nodes >= 1, got '{}' (e.g. --nnodes 2)",
+                       raw.nnodes);
+  }
+  auto node_rank = to_long(raw.node_rank);
+  if (!node_rank || *node_rank < 0 || *node_rank >= *nnodes) {
+    return fmt::format(
+        "--node-rank must be in [0, {}) because --nnodes is {}, got '{}' (number the nodes "
+        "0..{})",
+        *nnodes, *nnodes, raw.node_rank, *nnodes - 1);
+  }
+  if (*nproc * *nnodes > INT_MAX / 2) {
+    return fmt::format("--nnodes {} x --nproc-per-node {} is too many ranks", *nnodes, *nproc);
+  }
+  auto port = to_long(raw.master_port);
+  if (!port || *port < 1 || *port > 65535) {
+    return fmt::format("--master-port must be a TCP port from 1 to 65535, got '{}' "
+                       "(e.g. --master-port 29500)",
+                       raw.master_port);
+  }
+  if (raw.master_addr.empty()) {
+    return "--master-addr is empty; give the host name or IP address of the node that runs "
+           "rank 0 (e.g. --master-addr 127.0.0.1)";
+  }
+  auto grace = to_seconds(raw.grace_period);
+  if (!grace) {
+    return fmt::format("--grace-period must be a number of seconds from 0 to 86400, got '{}' "
+                       "(e.g. --grace-period 5)",
+                       raw.grace_period);
+  }
+  if (raw.standalone) {
+    // --standalone owns the rendezvous address; silently ignoring the user's
+    // choice would be worse than saying so.
+    if (*nnodes != 1) {
+      return fmt::format("--standalone runs a single node but --nnodes is {}; drop --standalone "
+                         "and give --master-addr/--master-port for a multi-node job",
+                         *nnodes);
+    }
+    for (const char* flag : {"--master-addr", "--master-port"}) {
+      if (app.count(flag) > 0) {
+        return fmt::format("--standalone picks MASTER_ADDR=127.0.0.1 and a free port itself; "
+                           "drop {} or drop --standalone",
+                           flag);
+      }
+    }
+  }
+  opts.nproc_per_node = static_cast<int>(*nproc);
+  opts.nnodes = static_cast<int>(*nnodes);
+  opts.node_rank = static_cast<int>(*node_rank);
+  opts.master_addr = raw.master_addr;
+  opts.master_port = static_cast<int>(*port);
+  opts.standalone = raw.standalone;
+  opts.prefix_output = !raw.no_prefix;
+  opts.grace_period_s = *grace;
+  return "";
+}
+
+}  // namespace
+
+ParseResult parse_launch_options(int argc, char** argv) {
+  // Split at the first "--" ourselves: everything after it belongs to the
+  // worker, even strings that look like launcher flags.
+  std::vector<std::string> launcher_args;
+  std::vector<std::string> command;
+  bool saw_separator = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!saw_separator && std::strcmp(argv[i], "--") == 0) {
+      saw_separator = true;
+      continue;
+    }
+    (saw_separator ? command : launcher_args).emplace_back(argv[i]);
+  }
+
+  RawFlags raw;
+  CLI::App app{kDescription, "fsdp-run"};
+  app.footer(kFooter);
+  auto formatter = std::make_shared<LauncherFormatter>();
+  formatter->column_width(36);
+  app.formatter(formatter);
+  // Without "--", stop at the program name (torchrun's `torchrun ... train.py
+  // --lr 1` form) and leave it and its arguments in app.remaining().
+  app.prefix_command(true);
+  app.add_option("--nproc-per-node,--nproc_per_node", raw.nproc_per_node,
+                 "Workers to start on this node")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--nnodes", raw.nnodes, "Nodes in the job (one fsdp-run per node)")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--node-rank,--node_rank", raw.node_rank,
+                 "This node's index, from 0 to nnodes-1; worker i gets "
+                 "RANK = node_rank * nproc_per_node + i")
+      ->type_name("R")
+      ->capture_default_str();
+  app.add_option("--master-addr,--master_addr", raw.master_addr,
+                 "Host of rank 0, exported as MASTER_ADDR")
+      ->type_name("HOST")
+      ->capture_default_str();
+  app.add_option("--master-port,--master_port", raw.master_port,
+                 "TCP port on that host, exported as MASTER_PORT")
+      ->type_name("PORT")
+      ->capture_default_str();
+  app.add_flag("--standalone", raw.standalone,
+               "Single node: MASTER_ADDR=127.0.0.1 and a free port picked on localhost "
+               "(default: off)");
+  app.add_flag("--no-prefix,--no_prefix", raw.no_prefix,
+               "Let workers write straight to fsdp-run's stdout/stderr, without the "
+               "\"[rank R] \" line prefix (default: prefixes on)");
+  app.add_option("--grace-period,--grace_period", raw.grace_period,
+                 "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->type_name("SECONDS")
+      ->capture_default_str();
+
+  // CLI11 wants argv order reversed when given a vector.
+  std::vector<std::string> reversed(launcher_args.rbegin(), launcher_args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp& e) {
+    std::fputs(app.help().c_str(), stdout);
+    return {std::nullopt, 0};
+  } catch (const CLI::ParseError& e) {
+    print_error(fmt::format("{} (see fsdp-run --help)", e.what()));
+    return {std::nullopt, kBadInput};
+  }
+
+  std::vector<std::string> before_separator = app.remaining();
+  if (!before_separator.empty()) {
+    const std::string& first = before_separator.front();
+    if (!first.empty() && first[0] == '-') {
+      print_error(fmt::format("unknown option '{}' (see fsdp-run --help; the worker command goes "
+                              "after '--')",
+                              first));
+      return {std::nullopt, kBadInput};
+    }
+    if (saw_separator) {
+      print_error(fmt::format("unexpected argument '{}' before '--'; put the program and its "
+                              "arguments after '--'",
+                              first));
+      return {std::nullopt, kBadInput};
+    }
+    command = before_separator;
+  }
+  if (command.empty() || command.front().empty()) {
+    print_error("no program to run; give it after '--', e.g. fsdp-run --nproc-per-node 2 -- "
+                "./train --steps 10");
+    return {std::nullopt, kBadInput};
+  }
+
+  LaunchOptions opts;
+  std::string error = convert(raw, app, opts);
+  if (!error.empty()) {
+    print_error(error);
+    return {std::nullopt, kBadInput};
+  }
+  opts.command = std::move(command);
+  return {std::move(opts), 0};
+}
+
+}  // namespace fsdp_run

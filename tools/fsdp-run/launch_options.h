@@ -1,0 +1,38 @@
+#pragma once
+// What the user asked fsdp-run to do, parsed and checked.
+// The flags mirror torchrun (both --nproc-per-node and --nproc_per_node are
+// accepted) so job scripts written for torchrun work unchanged.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fsdp_run {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;       // workers started on this node
+  int nnodes = 1;               // nodes in the job
+  int node_rank = 0;            // this node's index, 0 <= node_rank < nnodes
+  std::string master_addr = "127.0.0.1";  // where rank 0 hosts the store
+  int master_port = 29500;      // its TCP port, 1..65535
+  bool standalone = false;      // single node, free port picked on localhost
+  bool prefix_output = true;    // "[rank R] " before every output line
+  double grace_period_s = 5.0;  // SIGTERM -> SIGKILL delay, seconds, >= 0
+  std::vector<std::string> command;  // program, then its arguments
+
+  int world_size() const { return nnodes * nproc_per_node; }
+};
+
+// The result of parsing: either options to run with, or an exit code to
+// return at once (help printed: 0; bad input, message already printed: 2).
+struct ParseResult {
+  std::optional<LaunchOptions> options;
+  int exit_code = 0;
+};
+
+// Parses argv. Everything after the first "--" is the worker command; without
+// "--", the first argument that is not a launcher flag starts it (torchrun's
+// form). Errors are printed to stderr with the value and the fix.
+ParseResult parse_launch_options(int argc, char** argv);
+
+}  // namespace fsdp_run

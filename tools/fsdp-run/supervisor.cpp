@@ -1,0 +1,341 @@
+// The supervisor's single-threaded poll() loop. One thread means no locks, and
+// every write to our stdout/stderr comes from here, one whole line at a time.
+// See [Note: stop policy] in supervisor.h.
+
+#include "supervisor.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "line_prefixer.h"
+#include "signal_pipe.h"
+#include "worker_env.h"
+#include "worker_process.h"
+
+extern char** environ;
+
+namespace fsdp_run {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After the last worker exits, how long to wait for its output pipes to
+// close. Only a process that left the worker's group (setsid) can hold one.
+constexpr std::chrono::seconds kDrainTimeout{2};
+
+const char* signal_name(int signo) {
+  switch (signo) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    default: return "unknown signal";
+  }
+}
+
+void say(const std::string& message) { write_all(STDERR_FILENO, "fsdp-run: " + message + "\n"); }
+
+// One output stream of one worker, on its way to our stdout or stderr.
+struct OutputStream {
+  int fd = -1;       // pipe read end; -1 when not captured or closed
+  int sink_fd = -1;  // STDOUT_FILENO or STDERR_FILENO
+  LinePrefixer prefixer{""};
+};
+
+struct Worker {
+  WorkerPlace place;
+  pid_t pid = -1;  // also its process group id
+  bool running = false;
+  bool start_failed = false;  // reported at spawn; its exit is not news
+  OutputStream out, err;
+};
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& opts, std::string program_path)
+      : opts_(opts), program_path_(std::move(program_path)) {}
+
+  JobOutcome run() {
+    start_workers();
+    while (true) {
+      if (running_count() == 0) {
+        if (!drain_deadline_) drain_deadline_ = Clock::now() + kDrainTimeout;
+        if (open_stream_count() == 0) break;
+        if (Clock::now() >= *drain_deadline_) {
+          abandon_open_streams();
+          break;
+        }
+      }
+      wait_for_events();
+      for (int signo : SignalPipe::drain()) on_signal(signo);
+      if (stopping_ && !sigkill_sent_ && Clock::now() >= kill_deadline_) on_grace_expired();
+    }
+    for (Worker& w : workers_) {
+      finish_stream(w.out);
+      finish_stream(w.err);
+    }
+    return outcome_;
+  }
+
+ private:
+  // ---- starting ---------------------------------------------------------
+  void start_workers() {
+    workers_.resize(static_cast<size_t>(opts_.nproc_per_node));
+    for (int i = 0; i < opts_.nproc_per_node; ++i) {
+      Worker& w = workers_[static_cast<size_t>(i)];
+      w.place = place_of(opts_, i);
+      std::string prefix = opts_.prefix_output ? fmt::format("[rank {}] ", w.place.rank) : "";
+      w.out.prefixer = LinePrefixer(prefix);
+      w.err.prefixer = LinePrefixer(prefix);
+      w.out.sink_fd = STDOUT_FILENO;
+      w.err.sink_fd = STDERR_FILENO;
+      if (stopping_) continue;  // an earlier rank failed to start
+
+      SpawnRequest request;
+      request.path = program_path_;
+      request.argv = opts_.command;
+      request.env = worker_environment(opts_, w.place, environ);
+      request.capture_output = opts_.prefix_output;
+      SpawnedWorker spawned = spawn_worker(request);
+      w.pid = spawned.pid;
+      w.running = spawned.pid > 0;
+      w.out.fd = spawned.stdout_fd;
+      w.err.fd = spawned.stderr_fd;
+      if (!spawned.error.empty()) {
+        w.start_failed = true;
+        int code = spawned.exec_errno == ENOENT ? 127 : spawned.exec_errno != 0 ? 126 : 1;
+        fail(fmt::format("could not start rank {}: {}", w.place.rank, spawned.error), code);
+      }
+    }
+  }
+
+  // ---- the loop -----------------------------------------------------------
+  void wait_for_events() {
+    std::vector<pollfd> fds;
+    std::vector<OutputStream*> streams;
+    fds.push_back({SignalPipe::read_fd(), POLLIN, 0});
+    for (Worker& w : workers_) {
+      for (OutputStream* s : {&w.out, &w.err}) {
+        if (s->fd < 0) continue;
+        fds.push_back({s->fd, POLLIN, 0});
+        streams.push_back(s);
+      }
+    }
+    int rc = poll(fds.data(), fds.size(), poll_timeout_ms());
+    if (rc < 0) {
+      if (errno == EINTR) return;
+      say(fmt::format("poll() failed: {}", std::strerror(errno)));
+      std::abort();  // cannot supervise any more; the death signal stops the workers
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) pump(*streams[i - 1]);
+    }
+  }
+
+  int poll_timeout_ms() const {
+    std::optional<Clock::time_point> next;
+    if (stopping_ && !sigkill_sent_) next = kill_deadline_;
+    if (drain_deadline_ && (!next || *drain_deadline_ < *next)) next = drain_deadline_;
+    if (!next) return -1;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
+    return static_cast<int>(std::clamp<long long>(ms + 1, 0, 60'000));
+  }
+
+  // ---- output -------------------------------------------------------------
+  void pump(OutputStream& s) {
+    char buffer[64 * 1024];
+    ssize_t n = read(s.fd, buffer, sizeof(buffer));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {  // EOF (or a read error, which ends the stream all the same)
+      finish_stream(s);
+      return;
+    }
+    std::string lines;
+    s.prefixer.feed(std::string_view(buffer, static_cast<size_t>(n)), lines);
+    emit(s.sink_fd, lines);
+  }
+
+  void finish_stream(OutputStream& s) {
+    if (s.fd < 0) return;
+    std::string tail;
+    s.prefixer.finish(tail);
+    emit(s.sink_fd, tail);
+    close(s.fd);
+    s.fd = -1;
+  }
+
+  // A sink that failed (reader gone) is dropped; we keep draining the pipes
+  // so workers never block on a full pipe.
+  void emit(int sink_fd, const std::string& data) {
+    if (data.empty()) return;
+    bool& broken = sink_fd == STDOUT_FILENO ? stdout_broken_ : stderr_broken_;
+    if (!broken && !write_all(sink_fd, data)) broken = true;
+  }
+
+  int open_stream_count() const {
+    int count = 0;
+    for (const Worker& w : workers_) count += (w.out.fd >= 0) + (w.err.fd >= 0);
+    return count;
+  }
+
+  void abandon_open_streams() {
+    for (Worker& w : workers_) {
+      if (w.out.fd >= 0 || w.err.fd >= 0) {
+        say(fmt::format("rank {} exited but its output is still held open by a process that "
+                        "left its process group; not waiting for it",
+                        w.place.rank));
+      }
+    }
+  }
+
+  // ---- signals and exits ----------------------------------------------------
+  void on_signal(int signo) {
+    if (signo == SIGCHLD) {
+      reap_exited();
+      return;
+    }
+    int alive = running_count();
+    if (!stopping_) {
+      outcome_.launcher_signal = signo;
+      say(fmt::format("got {}; forwarding it to {} worker(s), SIGKILL in {} s", signal_name(signo),
+                      alive, opts_.grace_period_s));
+      begin_stop(signo);
+    } else if (!sigkill_sent_ && alive > 0) {
+      say(fmt::format("got {} again; sending SIGKILL to {} worker(s)", signal_name(signo), alive));
+      kill_running(SIGKILL);
+      sigkill_sent_ = true;
+    }
+  }
+
+  // waitid(WNOWAIT) first: the worker stays a zombie, so its pid (= its
+  // process group id) is still reserved while we kill its leftovers.
+  void reap_exited() {
+    while (true) {
+      siginfo_t info{};
+      if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return;  // ECHILD
+      pid_t pid = info.si_pid;
+      if (pid == 0) return;
+      Worker* w = find_worker(pid);
+      if (w != nullptr) kill(-pid, SIGKILL);
+      int status = 0;
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      if (w != nullptr) on_worker_exit(*w, status);
+    }
+  }
+
+  void on_worker_exit(Worker& w, int status) {
+    w.running = false;
+    if (w.start_failed) return;
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ok || stopping_) return;  // exits we caused are not news
+    std::string how;
+    int code = 1;
+    if (WIFEXITED(status)) {
+      code = WEXITSTATUS(status);
+      how = fmt::format("exited with code {}", code);
+    } else if (WIFSIGNALED(status)) {
+      int sig = WTERMSIG(status);
+      code = 128 + sig;
+      how = fmt::format("was killed by signal {} ({}){}", sig, signal_name(sig),
+                        WCOREDUMP(status) ? ", core dumped" : "");
+    }
+    fail(fmt::format("rank {} (pid {}) {}", w.place.rank, w.pid, how), code);
+  }
+
+  // The first failure decides the exit code and stops the others.
+  void fail(const std::string& what, int code) {
+    if (stopping_) {
+      say(what);
+      return;
+    }
+    outcome_.exit_code = code;
+    int others = running_count();
+    if (others > 0) {
+      say(fmt::format("{}; stopping the other {} worker(s)", what, others));
+    } else {
+      say(what);
+    }
+    begin_stop(SIGTERM);
+  }
+
+  void begin_stop(int signo) {
+    stopping_ = true;
+    kill_running(signo);
+    kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(opts_.grace_period_s));
+  }
+
+  void on_grace_expired() {
+    sigkill_sent_ = true;
+    std::string ranks;
+    for (const Worker& w : workers_) {
+      if (w.running) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", w.place.rank);
+    }
+    if (ranks.empty()) return;
+    say(fmt::format("rank(s) {} still running {} s after being told to stop; sending SIGKILL",
+                    ranks, opts_.grace_period_s));
+    kill_running(SIGKILL);
+  }
+
+  void kill_running(int signo) {
+    for (const Worker& w : workers_) {
+      if (w.running) kill(-w.pid, signo);
+    }
+  }
+
+  int running_count() const {
+    return static_cast<int>(
+        std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; }));
+  }
+
+  Worker* find_worker(pid_t pid) {
+    for (Worker& w : workers_) {
+      if (w.pid == pid) return &w;
+    }
+    return nullptr;
+  }
+
+  const LaunchOptions& opts_;
+  std::string program_path_;
+  std::vector<Worker> workers_;
+  JobOutcome outcome_;
+  bool stopping_ = false;
+  bool sigkill_sent_ = false;
+  Clock::time_point kill_deadline_{};
+  std::optional<Clock::time_point> drain_deadline_;
+  bool stdout_broken_ = false;
+  bool stderr_broken_ = false;
+};
+
+}  // namespace
+
+JobOutcome supervise_workers(const LaunchOptions& opts, const std::string& program_path) {
+  return Supervisor(opts, program_path).run();
+}
+
+}  // namespace fsdp_run

@@ -12,6 +12,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/version.h>
 
+#include <string>
+#include <type_traits>
+
+#include <c10/util/string_utils.h>
+
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #endif
@@ -42,6 +47,18 @@ inline void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
     storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
   }
   storage->set_nbytes(nbytes);
+}
+
+// torch::optim keys its per-parameter state by a string of the TensorImpl
+// address in 1.13 and by the address itself in later versions.
+template <class StateMap>
+typename StateMap::key_type optimizer_state_key(const StateMap&, const at::Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same<Key, std::string>::value) {
+    return c10::guts::to_string(param.unsafeGetTensorImpl());
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
 }
 
 }  // namespace fsdp::compat

@@ -36,6 +36,8 @@ std::vector<ParamShard> param_shards(const UnitModule& root) {
       shard.param = group.params()[i];
       shard.full_shape = group.shapes()[i];
       shard.unit = unit->name();
+      const auto& replicate = group.groups().replicate;
+      shard.primary = !replicate || replicate->rank() == 0;
       if (group.is_aliased()) {
         shard.flat_begin = 0;
         shard.numel = layout.slot(i).numel;

@@ -24,6 +24,9 @@ struct ParamShard {
   int64_t flat_begin = 0;           // first element of the flattened full tensor held here
   int64_t numel = 0;                // elements held here (may be 0)
   std::string unit;                 // owning unit's module path ("" = root)
+  // This rank is the one that writes this range when saving: replicas of the
+  // same range (NO_SHARD, hybrid strategies) leave it to replica 0.
+  bool primary = true;
 };
 
 // Every parameter of the model, in unit pre-order. The root must be sharded.

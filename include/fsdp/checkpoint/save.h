@@ -1,0 +1,81 @@
+#pragma once
+// The collective sharded save. Every rank passes the pieces it holds; the
+// result is one checkpoint directory that any world size can load (reader.h).
+//
+//   std::vector<fsdp::ckpt::TensorPiece> mine = ...;  // from the FSDP state dict
+//   fsdp::ckpt::SaveOptions options;
+//   options.step = 1000;
+//   fsdp::ckpt::save(*group, "ckpt/step-1000", mine, options);
+//
+// Layout on disk and the commit protocol: docs/checkpoint-format.md.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "fsdp/checkpoint/checksum.h"
+
+namespace fsdp {
+class ProcessGroup;
+}
+
+namespace fsdp::ckpt {
+
+// A contiguous range of one tensor's flattened (C-order) elements held by
+// this rank: elements [flat_begin, flat_begin + data.numel()).
+// A sharded tensor (an FSDP parameter, or optimizer state sharded like it)
+// is passed by every rank with its own range, possibly empty; together the
+// ranges must cover the tensor exactly once. A replicated tensor (a buffer,
+// the optimizer's `step`) is passed by one rank (rank 0) as one piece with
+// flat_begin 0 covering all of it.
+struct TensorPiece {
+  std::string name;
+  std::vector<int64_t> global_shape;  // [] for a scalar
+  at::ScalarType dtype = at::kFloat;  // must equal data's dtype
+  int64_t flat_begin = 0;
+  at::Tensor data;  // numel = flat_end - flat_begin; any shape, device or layout (copied to CPU)
+};
+
+struct SaveOptions {
+  // Recorded in the index (Reader::step()).
+  int64_t step = 0;
+  // Any JSON the caller wants back at load time (Reader::extras()): e.g. the
+  // data loader position, the learning-rate schedule, the model config.
+  nlohmann::json extras = nlohmann::json::object();
+  // Replace an existing checkpoint at `dir`. Without it, saving to an
+  // existing path fails on every rank before anything is written.
+  bool overwrite = false;
+  // Block size of the xxh64 checksums (bytes); see checksum.h.
+  int64_t checksum_block_bytes = kDefaultChecksumBlockBytes;
+};
+
+// Collective over `group`: every rank must call it with the same dir and
+// options. The directory must be on a filesystem every rank sees.
+// Returns only when the checkpoint is complete and durable on every rank's
+// view, or throws on EVERY rank with one message naming each failed rank and
+// its cause. A failed or killed save never damages an existing checkpoint at
+// `dir`: data is written to "<dir>.partial-<id>" and moved into place last.
+void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorPiece>& my_pieces,
+          const SaveOptions& options = {});
+
+// The same checkpoint written by one process for `pieces_by_rank.size()`
+// ranks (rank r's pieces at index r), with the same checks and commit
+// protocol. For tools, tests and single-process programs.
+void save_local(const std::string& dir, const std::vector<std::vector<TensorPiece>>& pieces_by_rank,
+                const SaveOptions& options = {});
+
+namespace testing {
+// Fault injection for tests: called on each rank at each phase of save(),
+// with the path about to be (or just) written. A hook that throws makes that
+// rank's save fail as an I/O error would; one that raises SIGKILL simulates
+// a crash. Process-wide; pass nullptr to remove.
+enum class SavePhase { kBeforeDataFile, kAfterDataFile, kBeforeIndex };
+using SaveHook = std::function<void(int rank, SavePhase phase, const std::string& path)>;
+void set_save_hook(SaveHook hook);
+}  // namespace testing
+
+}  // namespace fsdp::ckpt

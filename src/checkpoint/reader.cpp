@@ -1,0 +1,208 @@
+#include "fsdp/checkpoint/reader.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "fsdp/checkpoint/atomic_file.h"
+#include "fsdp/checkpoint/checksum.h"
+
+namespace fsdp::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string error_text(const std::exception& e) {
+  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) return c10e->what_without_backtrace();
+  return e.what();
+}
+}  // namespace
+
+struct Reader::Files {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<InputFile>> open;  // by Index::files position
+
+  const InputFile& get(int file, const std::string& path, const std::string& tensor) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& slot = open.at(static_cast<size_t>(file));
+    if (!slot) {
+      try {
+        slot = std::make_unique<InputFile>(path);
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, "checkpoint data file '", path, "' holding tensor '", tensor,
+                    "' cannot be opened: ", error_text(e));
+      }
+    }
+    return *slot;
+  }
+};
+
+namespace {
+
+// Copies piece bytes [begin, end) (relative to the piece's first byte) into
+// dst, reading whole checksum blocks and verifying each one. Edge blocks go
+// through a bounce buffer; whole blocks are read straight into dst.
+void read_piece_bytes(const InputFile& file, const TensorInfo& t, const PieceInfo& p, int64_t block_bytes,
+                      int64_t begin, int64_t end, char* dst) {
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(t.dtype));
+  const int64_t piece_bytes = p.numel() * elem;
+  TORCH_INTERNAL_ASSERT(0 <= begin && begin <= end && end <= piece_bytes);
+  if (begin == end) return;
+  std::vector<char> bounce;
+  for (int64_t k = begin / block_bytes; k * block_bytes < end; ++k) {
+    const int64_t block_begin = k * block_bytes;
+    const int64_t block_end = std::min(block_begin + block_bytes, piece_bytes);
+    const bool whole = block_begin >= begin && block_end <= end;
+    char* target = dst + (block_begin - begin);
+    if (!whole) {
+      bounce.resize(static_cast<size_t>(block_end - block_begin));
+      target = bounce.data();
+    }
+    const int64_t file_begin = p.byte_offset + block_begin;
+    const int64_t file_end = p.byte_offset + block_end;
+    const int64_t elem_begin = p.flat_begin + block_begin / elem;
+    const int64_t elem_end = p.flat_begin + (block_end + elem - 1) / elem;
+    TORCH_CHECK(file.read_at(file_begin, target, block_end - block_begin), "checkpoint data file '",
+                file.path(), "' is truncated: tensor '", t.name, "' elements [", elem_begin, ", ",
+                elem_end, ") need file bytes [", file_begin, ", ", file_end, ") but the file has ",
+                file.size(), " bytes");
+    TORCH_CHECK(xxh64(target, block_end - block_begin) == p.block_checksums.at(static_cast<size_t>(k)),
+                "checkpoint data file '", file.path(), "' is corrupted: tensor '", t.name, "' elements [",
+                elem_begin, ", ", elem_end, ") (file bytes [", file_begin, ", ", file_end,
+                ")) fail their xxh64 checksum");
+    if (!whole) {
+      const int64_t from = std::max(block_begin, begin);
+      const int64_t to = std::min(block_end, end);
+      std::memcpy(dst + (from - begin), bounce.data() + (from - block_begin), static_cast<size_t>(to - from));
+    }
+  }
+}
+
+}  // namespace
+
+Reader Reader::open(const std::string& dir) {
+  Reader reader;
+  reader.dir_ = dir;
+  reader.index_ = std::make_shared<const Index>(read_index(dir));
+  reader.files_ = std::make_shared<Files>();
+  reader.files_->open.resize(reader.index_->files.size());
+  return reader;
+}
+
+std::vector<std::string> Reader::names() const {
+  std::vector<std::string> names;
+  for (const auto& t : index_->tensors) names.push_back(t.name);
+  return names;
+}
+
+bool Reader::contains(const std::string& name) const { return index_->find(name) >= 0; }
+
+const TensorInfo& Reader::tensor(const std::string& name) const {
+  const int64_t i = index_->find(name);
+  TORCH_CHECK(i >= 0, "checkpoint '", dir_, "' has no tensor '", name, "' (it has ", index_->tensors.size(),
+              " tensors; `fsdp-ckpt inspect ", dir_, "` lists them)");
+  return index_->tensors[static_cast<size_t>(i)];
+}
+
+const std::vector<int64_t>& Reader::global_shape(const std::string& name) const { return tensor(name).shape; }
+at::ScalarType Reader::dtype(const std::string& name) const { return tensor(name).dtype; }
+int64_t Reader::numel(const std::string& name) const { return tensor(name).numel(); }
+
+std::string Reader::file_path(int file) const {
+  return (fs::path(dir_) / index_->files.at(static_cast<size_t>(file)).name).string();
+}
+
+void Reader::read_into(const std::string& name, int64_t flat_begin, const at::Tensor& out) const {
+  const TensorInfo& t = tensor(name);
+  const int64_t numel = out.numel();
+  TORCH_CHECK(out.device().is_cpu() && out.is_contiguous() && out.scalar_type() == t.dtype,
+              "Reader::read_into('", name, "'): `out` must be a contiguous CPU tensor of dtype ",
+              c10::toString(t.dtype), ", got ", out.toString(), out.is_contiguous() ? "" : " (non-contiguous)");
+  TORCH_CHECK(flat_begin >= 0 && flat_begin + numel <= t.numel(), "cannot read elements [", flat_begin, ", ",
+              flat_begin + numel, ") of '", name, "': it has ", t.numel(), " elements (shape ",
+              c10::IntArrayRef(t.shape), ")");
+  const int64_t end = flat_begin + numel;
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(t.dtype));
+  char* dst = static_cast<char*>(out.data_ptr());
+  // Pieces are sorted by flat_begin and tile the tensor: find the first one
+  // that ends after flat_begin.
+  auto it = std::upper_bound(t.pieces.begin(), t.pieces.end(), flat_begin,
+                             [](int64_t v, const PieceInfo& p) { return v < p.flat_end; });
+  for (; it != t.pieces.end() && it->flat_begin < end; ++it) {
+    const PieceInfo& p = *it;
+    const int64_t lo = std::max(flat_begin, p.flat_begin);
+    const int64_t hi = std::min(end, p.flat_end);
+    const InputFile& file = files_->get(p.file, file_path(p.file), name);
+    read_piece_bytes(file, t, p, index_->checksum_block_bytes, (lo - p.flat_begin) * elem,
+                     (hi - p.flat_begin) * elem, dst + (lo - flat_begin) * elem);
+  }
+}
+
+at::Tensor Reader::read(const std::string& name, int64_t flat_begin, int64_t numel) const {
+  const TensorInfo& t = tensor(name);
+  TORCH_CHECK(numel >= 0, "cannot read a negative number of elements (", numel, ") of '", name, "'");
+  at::Tensor out = at::empty({numel}, at::TensorOptions().dtype(t.dtype));
+  read_into(name, flat_begin, out);
+  return out;
+}
+
+at::Tensor Reader::read_full(const std::string& name) const {
+  const TensorInfo& t = tensor(name);
+  at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(t.dtype));
+  read_into(name, 0, out);
+  return out;
+}
+
+VerifyReport Reader::verify_all() const {
+  VerifyReport report;
+  std::vector<std::string> problems;
+  for (size_t f = 0; f < index_->files.size(); ++f) {
+    const std::string path = file_path(static_cast<int>(f));
+    std::error_code ec;
+    if (!fs::exists(path, ec)) continue;  // reported below, per tensor
+    const int64_t size = static_cast<int64_t>(fs::file_size(path, ec));
+    if (!ec && size != index_->files[f].bytes)
+      problems.push_back(fmt::format("checkpoint data file '{}' has {} bytes but the index records {} ({})",
+                                     path, size, index_->files[f].bytes,
+                                     size < index_->files[f].bytes ? "truncated" : "extra bytes appended"));
+  }
+  // Verify in chunks of whole blocks so memory stays bounded.
+  const int64_t block = index_->checksum_block_bytes;
+  const int64_t chunk = std::max<int64_t>(block, (64 << 20) / block * block);
+  std::vector<char> buffer;
+  for (const auto& t : index_->tensors) {
+    ++report.tensors;
+    const int64_t elem = static_cast<int64_t>(c10::elementSize(t.dtype));
+    for (const auto& p : t.pieces) {
+      ++report.pieces;
+      try {
+        const InputFile& file = files_->get(p.file, file_path(p.file), t.name);
+        const int64_t piece_bytes = p.numel() * elem;
+        for (int64_t off = 0; off < piece_bytes; off += chunk) {
+          const int64_t n = std::min(chunk, piece_bytes - off);
+          buffer.resize(static_cast<size_t>(n));
+          read_piece_bytes(file, t, p, block, off, off + n, buffer.data());
+          report.bytes += n;
+        }
+      } catch (const std::exception& e) {
+        problems.push_back(error_text(e));
+      }
+    }
+  }
+  if (!problems.empty()) {
+    std::string message = fmt::format("checkpoint '{}' failed verification ({} problem{}):", dir_,
+                                      problems.size(), problems.size() == 1 ? "" : "s");
+    constexpr size_t kShown = 20;
+    for (size_t i = 0; i < std::min(problems.size(), kShown); ++i) message += "\n  " + problems[i];
+    if (problems.size() > kShown) message += fmt::format("\n  ... and {} more", problems.size() - kShown);
+    TORCH_CHECK(false, message);
+  }
+  return report;
+}
+
+}  // namespace fsdp::ckpt

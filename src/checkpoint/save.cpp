@@ -1,0 +1,337 @@
+#include "fsdp/checkpoint/save.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/rank_file.h"
+#include "checkpoint/staging.h"
+#include "fsdp/checkpoint/atomic_file.h"
+#include "fsdp/checkpoint/index.h"
+#include "fsdp/checkpoint/safetensors.h"
+#include "fsdp/comm/process_group.h"
+
+// [Note: checkpoint commit protocol]
+// A save is three rounds of all_gather_strings over the group, so that every
+// rank learns every outcome and all of them return or throw together:
+//   1. Rank 0 checks the target (parent exists and is writable; an existing
+//      target needs overwrite and must itself be a checkpoint or empty) and
+//      creates the staging directory "<dir>.partial-<id>". Its verdict and
+//      the staging path go to every rank. Nothing is written on failure.
+//   2. Every rank writes its pieces to "<staging>/rank-RRRRR-of-WWWWW.safetensors",
+//      fsyncs it, and sends back either its piece records (offsets, block
+//      checksums) or its error.
+//   3. Rank 0, if every rank succeeded, checks the pieces tile every tensor
+//      exactly, writes index.json (temp + fsync + rename), fsyncs the staging
+//      directory, and moves it to `dir` (renameat2 RENAME_EXCHANGE when
+//      replacing, so `dir` is always either the old or the new checkpoint),
+//      then removes the old one. Its verdict goes to every rank.
+// A crash anywhere before the final rename leaves `dir` untouched and a
+// staging directory without index.json, which Reader::open refuses by name.
+// The data files are durable before the index names them, and the index is
+// durable before the directory is renamed, so a checkpoint that is visible
+// at `dir` is always complete.
+
+namespace fsdp::ckpt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace testing {
+namespace {
+std::mutex g_hook_mutex;
+SaveHook g_hook;
+}  // namespace
+void set_save_hook(SaveHook hook) {
+  std::lock_guard<std::mutex> lock(g_hook_mutex);
+  g_hook = std::move(hook);
+}
+}  // namespace testing
+
+namespace {
+
+void run_hook(int rank, testing::SavePhase phase, const std::string& path) {
+  testing::SaveHook hook;
+  {
+    std::lock_guard<std::mutex> lock(testing::g_hook_mutex);
+    hook = testing::g_hook;
+  }
+  if (hook) hook(rank, phase, path);
+}
+
+std::string error_text(const std::exception& e) {
+  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) return c10e->what_without_backtrace();
+  return e.what();
+}
+
+constexpr const char* kOk = "ok:";
+constexpr const char* kError = "error:";
+
+bool is_error(const std::string& s) { return s.rfind(kError, 0) == 0; }
+std::string payload(const std::string& s) {
+  return s.substr(is_error(s) ? std::string(kError).size() : std::string(kOk).size());
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Checks this rank's pieces on their own, before writing anything.
+void check_local_pieces(const std::vector<TensorPiece>& pieces) {
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
+  for (const auto& p : pieces) {
+    TORCH_CHECK(!p.name.empty(), "a piece has an empty tensor name");
+    for (int64_t d : p.global_shape)
+      TORCH_CHECK(d >= 0, "tensor '", p.name, "' has a negative dimension in global_shape");
+    safetensors::dtype_name(p.dtype);  // throws for dtypes safetensors cannot store
+    TORCH_CHECK(p.data.defined(), "piece of '", p.name, "' at element ", p.flat_begin, " has no data");
+    TORCH_CHECK(p.data.scalar_type() == p.dtype, "piece of '", p.name, "' at element ", p.flat_begin,
+                " holds ", c10::toString(p.data.scalar_type()), " data but declares dtype ",
+                c10::toString(p.dtype));
+    const int64_t numel = numel_of(p.global_shape);
+    const int64_t end = p.flat_begin + p.data.numel();
+    TORCH_CHECK(p.flat_begin >= 0 && end <= numel, "piece of '", p.name, "' covers elements [",
+                p.flat_begin, ", ", end, ") but the tensor has ", numel, " elements");
+    if (end > p.flat_begin) ranges[p.name].emplace_back(p.flat_begin, end);
+  }
+  for (auto& [name, rs] : ranges) {
+    std::sort(rs.begin(), rs.end());
+    for (size_t i = 1; i < rs.size(); ++i)
+      TORCH_CHECK(rs[i].first >= rs[i - 1].second, "this rank passes overlapping pieces of '", name,
+                  "': [", rs[i - 1].first, ", ", rs[i - 1].second, ") and [", rs[i].first, ", ",
+                  rs[i].second, ")");
+  }
+}
+
+// Phase 2 on one rank: writes its file and returns the JSON record of what it wrote.
+json write_my_file(const std::string& staging, int rank, int world_size,
+                   const std::vector<TensorPiece>& pieces, int64_t block_bytes) {
+  check_local_pieces(pieces);
+  const std::string file_name = rank_file_name(rank, world_size);
+  const std::string path = (fs::path(staging) / file_name).string();
+  std::vector<detail::PieceSpec> specs;
+  std::vector<const TensorPiece*> written;
+  json declared = json::array();
+  for (const auto& p : pieces) {
+    declared.push_back({{"name", p.name},
+                        {"shape", p.global_shape},
+                        {"dtype", safetensors::dtype_name(p.dtype)}});
+    if (p.data.numel() == 0) continue;
+    specs.push_back({p.name, p.dtype, p.flat_begin, p.data.numel()});
+    written.push_back(&p);
+  }
+  run_hook(rank, testing::SavePhase::kBeforeDataFile, path);
+  json record;
+  record["declared"] = std::move(declared);
+  record["pieces"] = json::array();
+  record["file"] = file_name;
+  if (specs.empty()) {
+    record["bytes"] = 0;
+    record["file"] = nullptr;  // a rank with nothing to save writes no file
+  } else {
+    detail::RankFileWriter writer(path, rank, world_size, specs, block_bytes);
+    for (const TensorPiece* p : written) writer.write_next(p->data.reshape({-1}));
+    record["bytes"] = writer.finish();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const PieceInfo& info = writer.pieces()[i];
+      json hashes = json::array();
+      for (uint64_t h : info.block_checksums) hashes.push_back(h);
+      record["pieces"].push_back({{"name", specs[i].name},
+                                  {"key", info.key},
+                                  {"flat_begin", info.flat_begin},
+                                  {"flat_end", info.flat_end},
+                                  {"byte_offset", info.byte_offset},
+                                  {"hashes", std::move(hashes)}});
+    }
+  }
+  run_hook(rank, testing::SavePhase::kAfterDataFile, path);
+  return record;
+}
+
+// Phase 3 on rank 0: builds the index from every rank's record.
+Index build_index(const std::vector<json>& records, const SaveOptions& options) {
+  Index index;
+  index.world_size = static_cast<int>(records.size());
+  index.step = options.step;
+  index.extras = options.extras.is_null() ? json::object() : options.extras;
+  index.checksum_block_bytes = options.checksum_block_bytes;
+  std::map<std::string, size_t> position;
+  std::map<std::string, int> declared_by;
+  for (size_t rank = 0; rank < records.size(); ++rank) {
+    const json& r = records[rank];
+    for (const auto& d : r.at("declared")) {
+      const std::string name = d.at("name").get<std::string>();
+      const auto shape = d.at("shape").get<std::vector<int64_t>>();
+      const auto dtype = safetensors::dtype_from_name(d.at("dtype").get<std::string>());
+      auto it = position.find(name);
+      if (it == position.end()) {
+        position[name] = index.tensors.size();
+        declared_by[name] = static_cast<int>(rank);
+        TensorInfo t;
+        t.name = name;
+        t.shape = shape;
+        t.dtype = dtype;
+        index.tensors.push_back(std::move(t));
+        continue;
+      }
+      const TensorInfo& t = index.tensors[it->second];
+      TORCH_CHECK(t.shape == shape && t.dtype == dtype, "ranks disagree about tensor '", name, "': rank ",
+                  declared_by[name], " says shape ", c10::IntArrayRef(t.shape), " ", c10::toString(t.dtype),
+                  ", rank ", rank, " says shape ", c10::IntArrayRef(shape), " ", c10::toString(dtype));
+    }
+    if (r.at("file").is_null()) continue;
+    const int file_index = static_cast<int>(index.files.size());
+    index.files.push_back({r.at("file").get<std::string>(), static_cast<int>(rank), r.at("bytes").get<int64_t>()});
+    for (const auto& p : r.at("pieces")) {
+      PieceInfo info;
+      info.file = file_index;
+      info.key = p.at("key").get<std::string>();
+      info.flat_begin = p.at("flat_begin").get<int64_t>();
+      info.flat_end = p.at("flat_end").get<int64_t>();
+      info.byte_offset = p.at("byte_offset").get<int64_t>();
+      info.block_checksums = p.at("hashes").get<std::vector<uint64_t>>();
+      index.tensors[position.at(p.at("name").get<std::string>())].pieces.push_back(std::move(info));
+    }
+  }
+  // Every tensor's pieces must tile it exactly; name the ranks when not.
+  for (auto& t : index.tensors) {
+    std::sort(t.pieces.begin(), t.pieces.end(),
+              [](const PieceInfo& a, const PieceInfo& b) { return a.flat_begin < b.flat_begin; });
+    int64_t covered = 0;
+    int covered_by = -1;
+    for (const auto& p : t.pieces) {
+      const int rank = index.files[p.file].rank;
+      TORCH_CHECK(p.flat_begin >= covered, "ranks ", covered_by, " and ", rank, " both hold elements [",
+                  p.flat_begin, ", ", std::min(covered, p.flat_end), ") of '", t.name,
+                  "' (a replicated tensor must be passed by one rank only)");
+      TORCH_CHECK(p.flat_begin == covered, "no rank holds elements [", covered, ", ", p.flat_begin,
+                  ") of '", t.name, "'");
+      covered = p.flat_end;
+      covered_by = rank;
+    }
+    TORCH_CHECK(covered == t.numel(), "no rank holds elements [", covered, ", ", t.numel(), ") of '",
+                t.name, "' (shape ", c10::IntArrayRef(t.shape), ")");
+  }
+  return index;
+}
+
+// all_gather_strings, with a failure (a dead or hung rank) turned into a save error.
+std::vector<std::string> exchange(ProcessGroup& group, const std::string& dir, const char* stage,
+                                  const std::string& mine) {
+  try {
+    return all_gather_strings(group, mine);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "checkpoint save to '", dir, "' failed ", stage, ", when the ranks exchanged results: ",
+                error_text(e), " (was a rank killed? any previous checkpoint at '", dir,
+                "' is untouched; the incomplete save may be left in '", dir, ".partial-*')");
+  }
+}
+
+}  // namespace
+
+void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorPiece>& my_pieces,
+          const SaveOptions& options) {
+  const int rank = group.rank();
+  const int world_size = group.size();
+  TORCH_CHECK(options.checksum_block_bytes > 0, "SaveOptions::checksum_block_bytes must be positive, got ",
+              options.checksum_block_bytes);
+
+  // Round 1: rank 0 checks the target and creates the staging directory.
+  std::string verdict;
+  if (rank == 0) {
+    try {
+      detail::check_target(dir, options.overwrite);
+      const std::string staging = detail::staging_path(dir, detail::new_staging_id());
+      detail::create_staging(staging);
+      verdict = kOk + staging;
+    } catch (const std::exception& e) {
+      verdict = kError + error_text(e);
+    }
+  }
+  const std::string round1 = exchange(group, dir, "while preparing the target", verdict).at(0);
+  TORCH_CHECK(!is_error(round1), "checkpoint save to '", dir, "' failed before writing anything: ",
+              payload(round1));
+  const std::string staging = payload(round1);
+
+  // Round 2: every rank writes and fsyncs its own file.
+  std::string mine;
+  try {
+    mine = kOk + write_my_file(staging, rank, world_size, my_pieces, options.checksum_block_bytes).dump();
+  } catch (const std::exception& e) {
+    mine = kError + error_text(e);
+  }
+  const std::vector<std::string> round2 = exchange(group, dir, "while writing data files", mine);
+  std::string failures;
+  for (int r = 0; r < world_size; ++r)
+    if (is_error(round2[r])) failures += fmt::format("\n  rank {}: {}", r, payload(round2[r]));
+
+  // Round 3: rank 0 writes the index and moves the checkpoint into place.
+  verdict.clear();
+  if (rank == 0) {
+    if (!failures.empty()) {
+      detail::remove_quietly(staging);
+      verdict = kError + fmt::format("{} of {} ranks failed to write their data:{}",
+                                     std::count_if(round2.begin(), round2.end(), is_error), world_size,
+                                     failures);
+    } else {
+      try {
+        std::vector<json> records;
+        for (const auto& s : round2) records.push_back(json::parse(payload(s)));
+        Index index = build_index(records, options);
+        run_hook(rank, testing::SavePhase::kBeforeIndex, staging);
+        detail::publish_checkpoint(staging, index, dir, options.overwrite);
+        verdict = kOk;
+      } catch (const std::exception& e) {
+        detail::remove_quietly(staging);
+        verdict = kError + std::string("rank 0 could not complete the checkpoint: ") + error_text(e);
+      }
+    }
+  }
+  const std::string round3 = exchange(group, dir, "while writing the index", verdict).at(0);
+  TORCH_CHECK(!is_error(round3), "checkpoint save to '", dir, "' failed (any previous checkpoint there is "
+              "untouched): ", payload(round3));
+}
+
+void save_local(const std::string& dir, const std::vector<std::vector<TensorPiece>>& pieces_by_rank,
+                const SaveOptions& options) {
+  const int world_size = static_cast<int>(pieces_by_rank.size());
+  TORCH_CHECK(world_size >= 1, "save_local needs the pieces of at least one rank");
+  TORCH_CHECK(options.checksum_block_bytes > 0, "SaveOptions::checksum_block_bytes must be positive, got ",
+              options.checksum_block_bytes);
+  try {
+    detail::check_target(dir, options.overwrite);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "checkpoint save to '", dir, "' failed before writing anything: ",
+                e.what_without_backtrace());
+  }
+  const std::string staging = detail::staging_path(dir, detail::new_staging_id());
+  detail::create_staging(staging);
+  try {
+    std::vector<json> records;
+    for (int rank = 0; rank < world_size; ++rank) {
+      try {
+        records.push_back(write_my_file(staging, rank, world_size, pieces_by_rank[rank],
+                                        options.checksum_block_bytes));
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, "rank ", rank, ": ", error_text(e));
+      }
+    }
+    Index index = build_index(records, options);
+    run_hook(0, testing::SavePhase::kBeforeIndex, staging);
+    detail::publish_checkpoint(staging, index, dir, options.overwrite);
+  } catch (const std::exception& e) {
+    detail::remove_quietly(staging);
+    TORCH_CHECK(false, "checkpoint save to '", dir, "' failed (any previous checkpoint there is untouched): ",
+                error_text(e));
+  }
+}
+
+}  // namespace fsdp::ckpt

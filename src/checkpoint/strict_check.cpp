@@ -1,0 +1,61 @@
+#include "fsdp/checkpoint/strict_check.h"
+
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "fsdp/checkpoint/reader.h"
+
+namespace fsdp::ckpt {
+
+namespace {
+std::string describe(const std::vector<int64_t>& shape, at::ScalarType dtype) {
+  std::ostringstream out;
+  out << c10::IntArrayRef(shape) << " " << c10::toString(dtype);
+  return out.str();
+}
+
+void append_list(std::string& out, const char* title, const std::vector<std::string>& items) {
+  if (items.empty()) return;
+  out += fmt::format("\n  {} ({}):", title, items.size());
+  for (const auto& item : items) out += "\n    " + item;
+}
+}  // namespace
+
+std::string KeyCheck::message(const std::string& source) const {
+  if (ok()) return {};
+  std::string out = fmt::format("{} does not match the model: {} missing, {} unexpected, {} mismatched",
+                                source, missing.size(), unexpected.size(), mismatched.size());
+  append_list(out, "missing from the checkpoint", missing);
+  append_list(out, "unexpected in the checkpoint", unexpected);
+  append_list(out, "shape or dtype mismatch", mismatched);
+  return out;
+}
+
+KeyCheck compare_keys(const Reader& reader, const std::map<std::string, ExpectedTensor>& expected) {
+  KeyCheck result;
+  for (const auto& [name, want] : expected) {
+    if (!reader.contains(name)) {
+      result.missing.push_back(name);
+      continue;
+    }
+    const auto& shape = reader.global_shape(name);
+    const auto dtype = reader.dtype(name);
+    if (shape != want.shape || dtype != want.dtype)
+      result.mismatched.push_back(fmt::format("{}: checkpoint has {}, model expects {}", name,
+                                              describe(shape, dtype), describe(want.shape, want.dtype)));
+  }
+  for (const auto& name : reader.names())
+    if (!expected.count(name)) result.unexpected.push_back(name);
+  std::sort(result.unexpected.begin(), result.unexpected.end());
+  return result;
+}
+
+void check_strict(const Reader& reader, const std::map<std::string, ExpectedTensor>& expected) {
+  KeyCheck check = compare_keys(reader, expected);
+  TORCH_CHECK(check.ok(), check.message("checkpoint '" + reader.dir() + "'"));
+}
+
+}  // namespace fsdp::ckpt

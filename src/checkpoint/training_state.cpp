@@ -1,0 +1,205 @@
+#include "fsdp/checkpoint/training_state.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
+
+#include <map>
+
+#include "compat.h"
+#include "fsdp/checkpoint/reader.h"
+#include "fsdp/checkpoint/strict_check.h"
+#include "fsdp/comm/process_group.h"
+#include "fsdp/introspection.h"
+#include "root_state.h"
+
+namespace fsdp::ckpt {
+namespace {
+
+// One optimizer state tensor of a parameter: stored sharded like it.
+struct StateField {
+  std::string field;
+  at::Tensor tensor;
+};
+
+std::string state_name(const std::string& param, const std::string& field) {
+  return "optim/" + param + "/" + field;
+}
+
+// The sharded state tensors and the step count of `param`, if the
+// optimizer has state for it. Supports the optimizers LibTorch ships that
+// keep per-parameter tensors: Adam, AdamW, SGD (momentum).
+bool optimizer_state_of(const torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                        std::vector<StateField>* fields, int64_t* step) {
+  const auto& state = optimizer.state();
+  auto it = state.find(compat::optimizer_state_key(state, param));
+  if (it == state.end()) return false;
+  const auto* base = it->second.get();
+  if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(base)) {
+    *fields = {{"exp_avg", s->exp_avg()}, {"exp_avg_sq", s->exp_avg_sq()}};
+    if (s->max_exp_avg_sq().defined()) fields->push_back({"max_exp_avg_sq", s->max_exp_avg_sq()});
+    *step = s->step();
+  } else if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(base)) {
+    *fields = {{"exp_avg", s->exp_avg()}, {"exp_avg_sq", s->exp_avg_sq()}};
+    if (s->max_exp_avg_sq().defined()) fields->push_back({"max_exp_avg_sq", s->max_exp_avg_sq()});
+    *step = s->step();
+  } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(base)) {
+    *fields = {{"momentum_buffer", s->momentum_buffer()}};
+    *step = -1;
+  } else {
+    TORCH_CHECK(false, "fsdp: cannot checkpoint the state of this optimizer; supported are "
+                       "torch::optim::Adam, AdamW and SGD");
+  }
+  return true;
+}
+
+TensorPiece piece_of(const std::string& name, const ParamShard& shard, const at::Tensor& data) {
+  return TensorPiece{name, shard.full_shape, data.scalar_type(), shard.flat_begin,
+                     data.detach().reshape(-1)};
+}
+
+// Writes `state` fields into a fresh optimizer state object for `param`.
+void install_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                             std::map<std::string, at::Tensor>& fields, int64_t step) {
+  auto& state = optimizer.state();
+  const auto key = compat::optimizer_state_key(state, param);
+  auto take = [&fields](const char* field) {
+    auto it = fields.find(field);
+    return it == fields.end() ? at::Tensor() : it->second;
+  };
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(step);
+    s->exp_avg(take("exp_avg"));
+    s->exp_avg_sq(take("exp_avg_sq"));
+    if (take("max_exp_avg_sq").defined()) s->max_exp_avg_sq(take("max_exp_avg_sq"));
+    state[key] = std::move(s);
+  } else if (dynamic_cast<torch::optim::Adam*>(&optimizer)) {
+    auto s = std::make_unique<torch::optim::AdamParamState>();
+    s->step(step);
+    s->exp_avg(take("exp_avg"));
+    s->exp_avg_sq(take("exp_avg_sq"));
+    if (take("max_exp_avg_sq").defined()) s->max_exp_avg_sq(take("max_exp_avg_sq"));
+    state[key] = std::move(s);
+  } else if (dynamic_cast<torch::optim::SGD*>(&optimizer)) {
+    auto s = std::make_unique<torch::optim::SGDParamState>();
+    s->momentum_buffer(take("momentum_buffer"));
+    state[key] = std::move(s);
+  } else {
+    TORCH_CHECK(false, "fsdp: cannot load optimizer state into this optimizer; supported are "
+                       "torch::optim::Adam, AdamW and SGD");
+  }
+}
+
+}  // namespace
+
+std::vector<TensorPiece> training_state_pieces(const UnitModule& root,
+                                               const torch::optim::Optimizer* optimizer) {
+  TORCH_CHECK(root.root_state(), "fsdp: save_training_state needs the root module that "
+                                 "fully_shard returned");
+  std::vector<TensorPiece> pieces;
+  const auto shards = param_shards(root);
+  const bool rank0 = root.root_state()->world().rank() == 0;
+  for (const auto& shard : shards) {
+    if (!shard.primary) continue;
+    pieces.push_back(piece_of(shard.name, shard, shard.param));
+    if (!optimizer) continue;
+    std::vector<StateField> fields;
+    int64_t step = 0;
+    if (!optimizer_state_of(*optimizer, shard.param, &fields, &step)) continue;
+    for (const auto& f : fields) pieces.push_back(piece_of(state_name(shard.name, f.field), shard, f.tensor));
+    if (step >= 0 && rank0) {
+      pieces.push_back(TensorPiece{state_name(shard.name, "step"), {}, at::kLong, 0,
+                                   at::full({1}, step, at::kLong)});
+    }
+  }
+  if (rank0) {
+    for (const auto& buffer : root.named_buffers()) {
+      pieces.push_back(TensorPiece{buffer.key(), buffer.value().sizes().vec(),
+                                   buffer.value().scalar_type(), 0,
+                                   buffer.value().detach().reshape(-1)});
+    }
+  }
+  return pieces;
+}
+
+void save_training_state(ProcessGroup& group, const std::string& dir, const UnitModule& root,
+                         const torch::optim::Optimizer* optimizer, const SaveOptions& options) {
+  save(group, dir, training_state_pieces(root, optimizer), options);
+}
+
+LoadResult load_training_state(ProcessGroup& group, const std::string& dir, UnitModule& root,
+                               torch::optim::Optimizer* optimizer, bool strict) {
+  TORCH_CHECK(root.root_state(), "fsdp: load_training_state needs the root module that "
+                                 "fully_shard returned");
+  // Every rank opens and checks the checkpoint; a failure on any rank is
+  // reported on all of them, so none is left waiting in a later collective.
+  std::string error;
+  c10::optional<Reader> reader;
+  try {
+    reader = Reader::open(dir);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const auto shards = param_shards(root);
+  if (error.empty()) {
+    std::map<std::string, ExpectedTensor> expected;
+    for (const auto& shard : shards) expected[shard.name] = {shard.full_shape, shard.param.scalar_type()};
+    for (const auto& buffer : root.named_buffers()) {
+      expected[buffer.key()] = {buffer.value().sizes().vec(), buffer.value().scalar_type()};
+    }
+    // Optimizer entries are always accepted: loading weights only is a
+    // normal use. Loading an optimizer needs them.
+    bool has_optimizer_state = false;
+    for (const auto& name : reader->names()) {
+      if (name.rfind("optim/", 0) != 0) continue;
+      has_optimizer_state = true;
+      expected[name] = {reader->global_shape(name), reader->dtype(name)};
+    }
+    if (optimizer && !has_optimizer_state) {
+      error = "it holds no optimizer state; pass no optimizer to load the weights only";
+    } else if (strict) {
+      KeyCheck check = compare_keys(*reader, expected);
+      if (!check.ok()) error = check.message(dir);
+    }
+  }
+  const auto errors = all_gather_strings(group, error);
+  for (size_t r = 0; r < errors.size(); ++r) {
+    TORCH_CHECK(errors[r].empty(), "fsdp: loading checkpoint '", dir, "' failed on rank ", r, ": ",
+                errors[r]);
+  }
+
+  at::NoGradGuard no_grad;
+  for (const auto& shard : shards) {
+    if (shard.numel == 0) continue;
+    at::Tensor host = at::empty({shard.numel}, shard.param.options().device(at::kCPU));
+    reader->read_into(shard.name, shard.flat_begin, host);
+    shard.param.detach().view({-1}).copy_(host);
+  }
+  for (auto& buffer : root.named_buffers()) {
+    if (!reader->contains(buffer.key())) continue;
+    buffer.value().copy_(reader->read_full(buffer.key()));
+  }
+  if (optimizer) {
+    for (const auto& shard : shards) {
+      std::map<std::string, at::Tensor> fields;
+      for (const char* field : {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}) {
+        const std::string name = state_name(shard.name, field);
+        if (!reader->contains(name)) continue;
+        fields[field] = reader->read(name, shard.flat_begin, shard.numel)
+                            .to(shard.param.device())
+                            .view(shard.param.sizes());
+      }
+      if (fields.empty()) continue;
+      const std::string step_name = state_name(shard.name, "step");
+      const int64_t step = reader->contains(step_name) ? reader->read_full(step_name).item<int64_t>() : 0;
+      install_optimizer_state(*optimizer, shard.param, fields, step);
+    }
+  }
+  return LoadResult{reader->step(), reader->extras(), reader->saved_world_size()};
+}
+
+}  // namespace fsdp::ckpt

@@ -1,0 +1,233 @@
+// build/bin/fsdp-ckpt, driven as a user would: inspect, verify, consolidate,
+// export and reshard a checkpoint saved for 3 ranks, and the errors for bad
+// input. Outputs are re-read with the library's own readers and compared.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "fsdp/checkpoint/atomic_file.h"
+#include "fsdp/checkpoint/reader.h"
+#include "fsdp/checkpoint/safetensors.h"
+#include "fsdp/checkpoint/save.h"
+
+namespace fs = std::filesystem;
+using fsdp::ckpt::Reader;
+using fsdp::ckpt::TensorPiece;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "fsdp-ckpt-tool-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+struct ToolRun {
+  int exit_code;
+  std::string output;
+};
+
+// Runs fsdp-ckpt with `args` (already shell-quoted where needed), stdout and stderr together.
+ToolRun fsdp_ckpt(const std::string& args) {
+  const std::string command = std::string(FSDP_BIN_DIR) + "/fsdp-ckpt " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) throw std::runtime_error("popen failed for " + command);
+  std::string output;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+std::vector<std::pair<std::string, at::Tensor>> model() {
+  auto gen = [](std::vector<int64_t> shape, at::ScalarType dtype, double seed) {
+    const int64_t n = c10::multiply_integers(shape);
+    return at::arange(n, at::kDouble).mul(1.3).add(seed).sin().mul(50).to(dtype).reshape(shape);
+  };
+  return {{"tok_embed.weight", gen({61, 16}, at::kFloat, 1)},
+          {"blocks.0.mlp.weight", gen({32, 16}, at::kBFloat16, 2)},
+          {"blocks.0.mlp.bias", gen({3}, at::kHalf, 3)},
+          {"optim.exp_avg.tok_embed.weight", gen({61, 16}, at::kDouble, 4)},
+          {"optim.step", at::scalar_tensor(77, at::kLong)}};
+}
+
+// Saves model() at world size 3 (even flat splits) with step 77.
+void save_model(const std::string& dir) {
+  std::vector<std::vector<TensorPiece>> by_rank(3);
+  for (const auto& [name, full] : model()) {
+    if (full.dim() == 0) {
+      by_rank[0].push_back({name, {}, full.scalar_type(), 0, full.reshape({-1})});
+      continue;
+    }
+    const int64_t n = full.numel(), chunk = (n + 2) / 3;
+    for (int r = 0; r < 3; ++r) {
+      const int64_t b = std::min(n, r * chunk), e = std::min(n, b + chunk);
+      by_rank[r].push_back({name, full.sizes().vec(), full.scalar_type(), b, full.reshape({-1}).slice(0, b, e)});
+    }
+  }
+  fsdp::ckpt::SaveOptions options;
+  options.step = 77;
+  options.extras = {{"lr", 0.001}};
+  fsdp::ckpt::save_local(dir, by_rank, options);
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(FsdpCkptTool, HelpDocumentsEverySubcommand) {
+  const ToolRun run = fsdp_ckpt("--help");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const char* word : {"inspect", "verify", "consolidate", "export", "reshard"})
+    EXPECT_TRUE(contains(run.output, word)) << word << "\n" << run.output;
+  const ToolRun reshard_help = fsdp_ckpt("reshard --help");
+  EXPECT_TRUE(contains(reshard_help.output, "--world-size")) << reshard_help.output;
+  EXPECT_TRUE(contains(reshard_help.output, "--overwrite")) << reshard_help.output;
+  EXPECT_NE(fsdp_ckpt("").exit_code, 0);
+}
+
+TEST(FsdpCkptTool, InspectPrintsTheTable) {
+  TempDir tmp;
+  save_model(tmp / "ckpt");
+  const ToolRun run = fsdp_ckpt("inspect " + tmp / "ckpt");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "world size   3")) << run.output;
+  EXPECT_TRUE(contains(run.output, "step         77")) << run.output;
+  EXPECT_TRUE(contains(run.output, "\"lr\":0.001")) << run.output;
+  EXPECT_TRUE(contains(run.output, "tok_embed.weight")) << run.output;
+  EXPECT_TRUE(contains(run.output, "[61, 16]")) << run.output;
+  EXPECT_TRUE(contains(run.output, "BF16")) << run.output;
+  EXPECT_TRUE(contains(run.output, "7.6 KiB")) << run.output;  // 61*16 doubles
+  EXPECT_TRUE(contains(run.output, "5 tensors")) << run.output;
+
+  const ToolRun missing = fsdp_ckpt("inspect " + tmp / "nope");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_TRUE(contains(missing.output, "fsdp-ckpt: error: checkpoint directory '" + tmp / "nope" + "' does not exist"))
+      << missing.output;
+}
+
+TEST(FsdpCkptTool, VerifyFindsCorruptionByFileAndTensor) {
+  TempDir tmp;
+  const std::string dir = tmp / "ckpt";
+  save_model(dir);
+  const ToolRun ok = fsdp_ckpt("verify " + dir);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "OK: 5 tensors, 13 pieces")) << ok.output;
+
+  // Flip one byte of rank 2's piece of blocks.0.mlp.weight.
+  const Reader reader = Reader::open(dir);
+  const auto& t = reader.index().tensors[reader.index().find("blocks.0.mlp.weight")];
+  const auto& piece = t.pieces.at(2);
+  const std::string file = dir + "/" + reader.index().files[piece.file].name;
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(piece.byte_offset + 3);
+    f.put('\x7f');
+  }
+  const ToolRun bad = fsdp_ckpt("verify " + dir);
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "'" + file + "' is corrupted: tensor 'blocks.0.mlp.weight'")) << bad.output;
+}
+
+TEST(FsdpCkptTool, ConsolidateWritesOneStandardSafetensorsFile) {
+  TempDir tmp;
+  save_model(tmp / "ckpt");
+  const std::string out = tmp / "model.safetensors";
+  const ToolRun run = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto loaded = fsdp::ckpt::safetensors::load_file(out);
+  std::map<std::string, at::Tensor> by_name(loaded.begin(), loaded.end());
+  ASSERT_EQ(by_name.size(), model().size());
+  for (const auto& [name, full] : model()) {
+    ASSERT_TRUE(by_name.count(name)) << name;
+    EXPECT_EQ(by_name[name].sizes(), full.sizes()) << name;
+    EXPECT_TRUE(at::equal(by_name[name], full)) << name;
+  }
+  EXPECT_EQ(fsdp::ckpt::safetensors::read_header(out).metadata.at("libfsdp_step"), "77");
+
+  const ToolRun again = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + out);
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_TRUE(contains(again.output, "already exists; pass overwrite (--overwrite)")) << again.output;
+  EXPECT_EQ(fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + out + " --overwrite").exit_code, 0);
+  const ToolRun no_dir = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + tmp / "no/where.safetensors");
+  EXPECT_EQ(no_dir.exit_code, 1);
+  EXPECT_TRUE(contains(no_dir.output, "directory '" + tmp / "no" + "' does not exist")) << no_dir.output;
+}
+
+TEST(FsdpCkptTool, ExportTorchIsAPickleThatTorchLoads) {
+  TempDir tmp;
+  save_model(tmp / "ckpt");
+  const std::string out = tmp / "model.pt";
+  const ToolRun run = fsdp_ckpt("export " + tmp / "ckpt" + " --format torch --out " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string bytes = fsdp::ckpt::read_file(out);
+  ASSERT_GT(bytes.size(), 4u);
+  EXPECT_EQ(bytes.substr(0, 4), std::string("PK\x03\x04", 4)) << "torch.load reads the zip format";
+  const c10::IValue value = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  ASSERT_TRUE(value.isGenericDict());
+  const auto dict = value.toGenericDict();
+  ASSERT_EQ(dict.size(), model().size());
+  for (const auto& [name, full] : model()) {
+    ASSERT_TRUE(dict.contains(name)) << name;
+    const at::Tensor got = dict.at(name).toTensor();
+    EXPECT_EQ(got.scalar_type(), full.scalar_type()) << name;
+    EXPECT_TRUE(at::equal(got, full)) << name;
+  }
+  const ToolRun bad_format = fsdp_ckpt("export " + tmp / "ckpt" + " --format onnx --out " + tmp / "m.onnx");
+  EXPECT_NE(bad_format.exit_code, 0);
+  EXPECT_TRUE(contains(bad_format.output, "onnx")) << bad_format.output;
+  EXPECT_FALSE(fs::exists(tmp / "m.onnx"));
+}
+
+TEST(FsdpCkptTool, ReshardRewritesForAnotherWorldSize) {
+  TempDir tmp;
+  save_model(tmp / "ckpt");
+  for (int world_size : {1, 2, 5}) {
+    const std::string out = tmp / ("ws" + std::to_string(world_size));
+    const ToolRun run = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size " + std::to_string(world_size) +
+                              " --out " + out);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const Reader reader = Reader::open(out);
+    EXPECT_EQ(reader.saved_world_size(), world_size);
+    EXPECT_EQ(reader.step(), 77);
+    EXPECT_EQ(reader.extras()["lr"], 0.001);
+    reader.verify_all();
+    for (const auto& [name, full] : model()) {
+      EXPECT_TRUE(at::equal(reader.read_full(name), full)) << name << " at world size " << world_size;
+      const auto& pieces = reader.index().tensors[reader.index().find(name)].pieces;
+      EXPECT_EQ(static_cast<int64_t>(pieces.size()), std::min<int64_t>(world_size, full.numel())) << name;
+    }
+  }
+  // blocks.0.mlp.bias (3 elements) at world size 5: ranks 3 and 4 hold none of it.
+  const Reader five = Reader::open(tmp / "ws5");
+  EXPECT_EQ(five.index().files.size(), 5u);
+
+  const ToolRun exists = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 2 --out " + tmp / "ws2");
+  EXPECT_EQ(exists.exit_code, 1);
+  EXPECT_TRUE(contains(exists.output, "already exists")) << exists.output;
+  const ToolRun replaced = fsdp_ckpt("reshard " + tmp / "ws5" + " --world-size 4 --out " + tmp / "ws2 --overwrite");
+  ASSERT_EQ(replaced.exit_code, 0) << replaced.output;
+  EXPECT_EQ(Reader::open(tmp / "ws2").saved_world_size(), 4);
+  const ToolRun zero = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 0 --out " + tmp / "ws0");
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_TRUE(contains(zero.output, "--world-size")) << zero.output;
+}

@@ -1,0 +1,157 @@
+// Checkpoints of a sharded model and its optimizer: save at one world size,
+// load at any, and training continues as if never interrupted.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "fsdp/checkpoint/reader.h"
+#include "fsdp/checkpoint/training_state.h"
+#include "fsdp/fsdp.h"
+#include "harness/assertions.h"
+#include "harness/models.h"
+#include "harness/parity.h"
+#include "harness/rank_harness.h"
+
+namespace fsdp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kStepsBefore = 3;
+constexpr int kStepsAfter = 3;
+constexpr int64_t kGlobalBatch = 12;
+
+struct Data {
+  at::Tensor tokens;   // [steps, batch, context]
+  at::Tensor targets;  // same
+};
+
+Data make_data() {
+  at::manual_seed(7);
+  const auto config = tiny_gpt_config(true);
+  const int steps = kStepsBefore + kStepsAfter;
+  return {at::randint(0, config.vocab_size, {steps, kGlobalBatch, config.context}),
+          at::randint(0, config.vocab_size, {steps, kGlobalBatch, config.context})};
+}
+
+models::GPT initial_model() {
+  at::manual_seed(3);
+  return models::GPT(tiny_gpt_config(true));
+}
+
+// Trains steps [first, last) on this rank and returns the global losses.
+std::vector<double> train(RankContext& ctx, models::GPTImpl& model_module, UnitModule& root,
+                          torch::optim::Optimizer& opt, const Data& data, int first, int last) {
+  (void)model_module;
+  std::vector<double> losses;
+  for (int step = first; step < last; ++step) {
+    at::Tensor x = local_rows(data.tokens[step], ctx.rank, ctx.world_size);
+    at::Tensor y = local_rows(data.targets[step], ctx.rank, ctx.world_size);
+    auto* sharded = dynamic_cast<ShardedImpl<models::GPTImpl>*>(&root);
+    at::Tensor loss = models::lm_loss(sharded->forward(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    losses.push_back(global_mean(*ctx.group, loss.item<double>()));
+  }
+  return losses;
+}
+
+std::unique_ptr<torch::optim::Optimizer> adamw(const std::vector<at::Tensor>& params) {
+  return make_optimizer(OptimizerKind::kAdamW, params);
+}
+
+class TrainingStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("fsdp_ts_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+// Runs the whole schedule without interruption at `world_size`.
+std::vector<double> uninterrupted(int world_size, const Data& data) {
+  std::vector<double> losses;
+  models::GPT init = initial_model();
+  run_ranks(world_size, [&](RankContext& ctx) {
+    models::GPT local(tiny_gpt_config(true));
+    copy_state(*local, *init);
+    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto opt = adamw(model->parameters());
+    auto l = train(ctx, *local, *model, *opt, data, 0, kStepsBefore + kStepsAfter);
+    if (ctx.rank == 0) losses = l;
+  });
+  return losses;
+}
+
+TEST_F(TrainingStateTest, SaveAtTwoLoadAtAnyWorldSizeContinuesTraining) {
+  const Data data = make_data();
+  const std::string ckpt = (dir_ / "step3").string();
+  models::GPT init = initial_model();
+  run_ranks(2, [&](RankContext& ctx) {
+    models::GPT local(tiny_gpt_config(true));
+    copy_state(*local, *init);
+    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto opt = adamw(model->parameters());
+    train(ctx, *local, *model, *opt, data, 0, kStepsBefore);
+    ckpt::SaveOptions options;
+    options.step = kStepsBefore;
+    ckpt::save_training_state(*ctx.group, ckpt, *model, opt.get(), options);
+  });
+  EXPECT_EQ(ckpt::Reader::open(ckpt).saved_world_size(), 2);
+
+  const std::vector<double> straight2 = uninterrupted(2, data);
+  const std::vector<double> straight1 = uninterrupted(1, data);
+  for (int world_size : {1, 2, 3, 4}) {
+    std::vector<double> resumed;
+    run_ranks(world_size, [&](RankContext& ctx) {
+      models::GPT local(tiny_gpt_config(true));  // fresh random weights: the load must overwrite them
+      auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+      auto opt = adamw(model->parameters());
+      const auto info = ckpt::load_training_state(*ctx.group, ckpt, *model, opt.get());
+      EXPECT_EQ(info.step, kStepsBefore);
+      auto l = train(ctx, *local, *model, *opt, data, kStepsBefore, kStepsBefore + kStepsAfter);
+      if (ctx.rank == 0) resumed = l;
+    });
+    ASSERT_EQ(resumed.size(), static_cast<size_t>(kStepsAfter));
+    for (int i = 0; i < kStepsAfter; ++i) {
+      const double expected_same = straight2[kStepsBefore + i];
+      if (world_size == 2) {
+        EXPECT_EQ(resumed[i], expected_same) << "same world size must resume bitwise, step " << i;
+      } else {
+        EXPECT_LE(relative_diff(resumed[i], straight1[kStepsBefore + i]), 1e-5)
+            << "world size " << world_size << " step " << i;
+      }
+    }
+  }
+}
+
+TEST_F(TrainingStateTest, StrictLoadReportsEveryProblemByName) {
+  const std::string ckpt = (dir_ / "mlp").string();
+  run_ranks(2, [&](RankContext& ctx) {
+    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions().process_group(ctx.group));
+    ckpt::save_training_state(*ctx.group, ckpt, *model, nullptr);
+  });
+  run_ranks(2, [&](RankContext& ctx) {
+    // A different model: wider hidden layer, so shapes mismatch.
+    auto model = fully_shard(Mlp(7, 12, 3, true), FullyShardOptions().process_group(ctx.group));
+    EXPECT_THROWS_WITH(ckpt::load_training_state(*ctx.group, ckpt, *model, nullptr),
+                       "layers.0.weight");
+    auto opt = adamw(model->parameters());
+    EXPECT_THROWS_WITH(ckpt::load_training_state(*ctx.group, ckpt, *model, opt.get()),
+                       "no optimizer state");
+  });
+  run_ranks(1, [&](RankContext& ctx) {
+    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions().process_group(ctx.group));
+    EXPECT_THROWS_WITH(
+        ckpt::load_training_state(*ctx.group, (dir_ / "missing").string(), *model, nullptr),
+        "missing");
+  });
+}
+
+}  // namespace
+}  // namespace fsdp::testing

@@ -52,12 +52,16 @@ FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::
   }
   const int world = groups_.shard->size();
   layout_ = ShardLayout(numels, world);
-  const bool offload = config_.offload_to_cpu && device.type() != at::kCPU;
+  // Offloading keeps the shards in host memory and copies them to the
+  // compute device for every gather. On a CPU-only machine the copy is
+  // host-to-host, but the code path is the one CUDA runs.
+  const bool offload = config_.offload_to_cpu;
+  offload_ = offload;
   aliased_ = world == 1 && config_.compute_dtype == dtype && !offload;
 
   at::NoGradGuard no_grad;
   auto rest_options = at::TensorOptions().dtype(dtype).device(offload ? at::Device(at::kCPU) : device);
-  if (offload && config_.pin_memory) rest_options = rest_options.pinned_memory(true);
+  if (offload && config_.pin_memory && device.is_cuda()) rest_options = rest_options.pinned_memory(true);
 
   if (aliased_) {
     // Nothing to gather: the parameters live as full views of one flat buffer.
@@ -104,7 +108,7 @@ void FlatParamGroup::unshard_async() {
   gathered_bytes_counter_->add(gathered_bytes());
   // The shard is cast (mixed precision) and moved (offload) once per gather.
   all_gather_input_ = sharded_flat_.to(gathered_flat_.device(), config_.compute_dtype,
-                                       /*non_blocking=*/true);
+                                       /*non_blocking=*/true, /*copy=*/offload_);
   if (groups_.shard->size() > 1) {
     pending_gather_ = groups_.shard->all_gather(gathered_flat_, all_gather_input_);
   } else {
@@ -247,6 +251,8 @@ void FlatParamGroup::finish_grad_reduction() {
   at::NoGradGuard no_grad;
   at::Tensor reduced = reduce_output_.narrow(0, 0, shard);
   if (divisor > 1) reduced.div_(divisor);
+  // Offload: one copy of the reduced shard to the host per unit.
+  if (offload_) reduced = reduced.to(sharded_flat_.device(), /*non_blocking=*/false, /*copy=*/true);
   at::Tensor users = reduce_output_.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
   const float* user_count = users.data_ptr<float>();
 

@@ -102,6 +102,7 @@ class FlatParamGroup {
   MemoryCounter* gathered_bytes_counter_;
   ShardLayout layout_;
   bool aliased_ = false;
+  bool offload_ = false;  // shards and sharded grads live in host memory
 
   at::Tensor sharded_flat_;               // 1-D, param dtype, shard_numel
   std::vector<at::Tensor> sharded_views_;  // per param: 1-D run of sharded_flat_

@@ -86,6 +86,12 @@ void fully_shard(UnitModule& root, const FullyShardOptions& options) {
   detail::DiscoveredModel model = detail::discover_units(root);
   detail::check_same_model_on_all_ranks(*world, model);
   if (options.sync_buffers() && world->size() > 1) broadcast_buffers(*world, model);
+  if (const auto dtype = options.mp().buffer_dtype()) {
+    at::NoGradGuard no_grad;
+    for (auto& buffer : model.buffers) {
+      if (at::isFloatingType(buffer.scalar_type())) buffer.set_data(buffer.to(*dtype));
+    }
+  }
 
   const detail::UnitGroups groups = groups_for(options, world);
   auto root_state =

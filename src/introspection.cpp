@@ -73,6 +73,8 @@ MemoryStats memory_stats(const UnitModule& root) {
   }
   stats.gathered_param_bytes = state.gathered_bytes().current();
   stats.peak_gathered_param_bytes = state.gathered_bytes().peak();
+  stats.gathered_units = state.gathered_bytes().units();
+  stats.peak_gathered_units = state.gathered_bytes().peak_units();
   return stats;
 }
 

@@ -23,8 +23,10 @@ void RootState::on_pre_forward(UnitState& unit) {
 void RootState::exit_root_forward() {
   TORCH_INTERNAL_ASSERT(root_forward_depth_ > 0);
   if (--root_forward_depth_ > 0) return;
-  forward_order_ = std::move(recording_order_);
+  // Swap keeps both vectors' capacity: no allocation per step.
+  forward_order_.swap(recording_order_);
   recording_order_.clear();
+  for (size_t i = 0; i < forward_order_.size(); ++i) forward_order_[i]->set_order_position(i);
   if (!validate_every_step_) validating_ = false;
 }
 
@@ -49,6 +51,50 @@ void RootState::validate_order(UnitState& unit, size_t position) {
               ", ", ranks.str(),
               ". Every rank must run the same units in the same order; control flow that depends "
               "on rank-local data is not supported");
+}
+
+// [Note: prefetch]
+// Gloo and NCCL run collectives off the compute thread, so a gather issued
+// early overlaps the current unit's compute. Forward: once a unit is
+// gathered, issue the gathers of the units that ran after it last step.
+// Backward runs the units in reverse, so a unit's pre-backward issues the
+// gather of the unit that ran before it. A unit's own prefetch list, if set,
+// replaces the recorded order. Gathered memory is bounded: at most
+// max_inflight_all_gathers non-root units are gathered or being gathered.
+void RootState::prefetch_after(UnitState& unit, bool forward) {
+  const auto& explicit_list = forward ? unit.forward_prefetch : unit.backward_prefetch;
+  if (!explicit_list.empty()) {
+    for (UnitState* next : explicit_list) {
+      if (!try_prefetch(*next)) break;
+    }
+    return;
+  }
+  if (!forward && unit.is_root() && !forward_order_.empty()) {
+    // The root's forward encloses all others, so its backward starts first
+    // and the unit that ran last comes next.
+    try_prefetch(*forward_order_.back());
+    return;
+  }
+  const size_t position = unit.order_position();
+  if (position >= forward_order_.size() || forward_order_[position] != &unit) return;
+  if (forward) {
+    for (size_t i = position + 1; i < forward_order_.size(); ++i) {
+      if (!try_prefetch(*forward_order_[i])) break;
+    }
+  } else if (position > 0) {
+    try_prefetch(*forward_order_[position - 1]);
+  }
+}
+
+bool RootState::try_prefetch(UnitState& unit) {
+  if (unit.is_root()) return true;
+  FlatParamGroup& params = unit.params();
+  if (params.is_gathered() || params.is_in_flight() || params.is_aliased()) return true;
+  const bool root_gathered = root_unit().params().is_gathered() || root_unit().params().is_in_flight();
+  const int non_root_alive = gathered_bytes_.units() - (root_gathered && !root_unit().params().is_aliased() ? 1 : 0);
+  if (non_root_alive >= max_inflight_all_gathers_) return false;
+  params.unshard_async();
+  return true;
 }
 
 void RootState::on_backward_hook() {

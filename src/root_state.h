@@ -45,6 +45,9 @@ class RootState {
   // the first (FSDP_DEBUG=1 turns it on).
   void set_validate_every_step(bool on) { validate_every_step_ = on; }
 
+  // Issues prefetching gathers after `unit` gathered (see [Note: prefetch]).
+  void prefetch_after(UnitState& unit, bool forward);
+
   // Forward order of the last completed forward; prefetch reads it.
   const std::vector<UnitState*>& forward_order() const { return forward_order_; }
   int max_inflight_all_gathers() const { return max_inflight_all_gathers_; }
@@ -54,6 +57,9 @@ class RootState {
 
  private:
   void validate_order(UnitState& unit, size_t position);
+  // Starts gathering `unit` unless the in-flight limit is reached; returns
+  // false when it is.
+  bool try_prefetch(UnitState& unit);
 
   ProcessGroupPtr world_;
   std::vector<std::shared_ptr<UnitState>> units_;

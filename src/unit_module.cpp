@@ -32,6 +32,30 @@ void UnitModule::pretty_print(std::ostream& stream) const {
   stream << ")";
 }
 
+namespace {
+
+std::vector<detail::UnitState*> unit_states(const std::vector<UnitModule*>& units) {
+  std::vector<detail::UnitState*> states;
+  for (UnitModule* unit : units) {
+    TORCH_CHECK(unit && unit->is_sharded(),
+                "fsdp: prefetch lists take units sharded by fully_shard; call fully_shard first");
+    states.push_back(unit->unit_state().get());
+  }
+  return states;
+}
+
+}  // namespace
+
+void UnitModule::set_forward_prefetch(const std::vector<UnitModule*>& units) {
+  TORCH_CHECK(state_, "fsdp: set_forward_prefetch needs a sharded unit; call fully_shard first");
+  state_->forward_prefetch = unit_states(units);
+}
+
+void UnitModule::set_backward_prefetch(const std::vector<UnitModule*>& units) {
+  TORCH_CHECK(state_, "fsdp: set_backward_prefetch needs a sharded unit; call fully_shard first");
+  state_->backward_prefetch = unit_states(units);
+}
+
 void UnitModule::before_forward(detail::TensorRefs& inputs) { state_->pre_forward(inputs); }
 
 void UnitModule::after_forward(detail::TensorRefs& outputs) { state_->post_forward(outputs); }

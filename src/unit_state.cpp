@@ -44,6 +44,7 @@ void UnitState::pre_forward(TensorRefs& inputs) {
   state_ = TrainingState::kForward;
   root.on_pre_forward(*this);
   params_->wait_unshard();
+  if (config_.prefetch) root.prefetch_after(*this, /*forward=*/true);
   if (at::GradMode::is_enabled()) attach_post_backward_node(inputs, weak_from_this());
   if (config_.cast_inputs_to) cast_floating(inputs, *config_.cast_inputs_to);
 }
@@ -100,6 +101,7 @@ void UnitState::pre_backward() {
   check_params_unmodified();
   state_ = TrainingState::kPreBackward;
   params_->wait_unshard();
+  if (config_.prefetch) root_->prefetch_after(*this, /*forward=*/false);
   params_->stash_sharded_grads();
 }
 

@@ -53,7 +53,10 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   const FlatParamGroup& params() const { return *params_; }
   RootState& root() { return *root_; }
   const UnitConfig& config() const { return config_; }
-  // Prefetch targets (issue order), set from the recorded order or by hand.
+  // Position in the last recorded forward order (see RootState).
+  size_t order_position() const { return order_position_; }
+  void set_order_position(size_t position) { order_position_ = position; }
+  // Explicit prefetch targets (issue order); empty: use the recorded order.
   std::vector<UnitState*> forward_prefetch;
   std::vector<UnitState*> backward_prefetch;
 
@@ -70,6 +73,7 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   // Forwards run with grad this step whose backward has not reached the
   // unit's inputs yet; the unit reduces when the last one does.
   int pending_backwards_ = 0;
+  size_t order_position_ = static_cast<size_t>(-1);
   bool unhooked_backward_ = false;  // kept gathered: outputs could not be hooked
   std::vector<uint32_t> param_versions_;  // at post-forward, to catch in-place edits
 };

@@ -40,6 +40,8 @@ struct MemoryStats {
   int64_t unsharded_param_bytes = 0;      // the whole model, unpadded
   int64_t largest_unit_bytes = 0;         // largest gathered unit
   int64_t root_unit_bytes = 0;            // the root unit gathered
+  int gathered_units = 0;                 // units gathered (or gathering) now
+  int peak_gathered_units = 0;            // most at once since reset
 };
 
 MemoryStats memory_stats(const UnitModule& root);

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "fsdp/options.h"
 #include "fsdp/tensor_walk.h"
@@ -44,6 +45,13 @@ class UnitModule : public torch::nn::Module {
   // per-unit fields (reshard_after_forward, mp, prefetch) are taken from it.
   void set_unit_options(FullyShardOptions options) { unit_options_ = std::move(options); }
   const c10::optional<FullyShardOptions>& unit_options() const { return unit_options_; }
+
+  // Explicit prefetch (after fully_shard): the units whose gathers this
+  // unit issues right after its own forward gather, or before its backward.
+  // Replaces the order recorded from the previous step. Every rank must set
+  // the same lists.
+  void set_forward_prefetch(const std::vector<UnitModule*>& units);
+  void set_backward_prefetch(const std::vector<UnitModule*>& units);
 
   void train(bool on = true) override;
   void pretty_print(std::ostream& stream) const override;

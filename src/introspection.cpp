@@ -52,6 +52,23 @@ std::vector<ParamShard> param_shards(const UnitModule& root) {
   return shards;
 }
 
+std::vector<UnitInfo> unit_infos(const UnitModule& root) {
+  std::vector<UnitInfo> infos;
+  for (const auto& unit : root_state_of(root).units()) {
+    const auto& group = unit->params();
+    UnitInfo info;
+    info.name = unit->name();
+    info.num_params = group.layout().num_params();
+    info.padded_numel = group.layout().padded_numel();
+    info.shard_numel = group.layout().shard_numel();
+    info.sharded = !group.is_aliased();
+    info.compute_dtype = group.config().compute_dtype;
+    info.reduce_dtype = group.config().reduce_dtype;
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
 MemoryStats memory_stats(const UnitModule& root) {
   detail::RootState& state = root_state_of(root);
   MemoryStats stats;

@@ -78,7 +78,10 @@ void RootState::prefetch_after(UnitState& unit, bool forward) {
   const size_t position = unit.order_position();
   if (position >= forward_order_.size() || forward_order_[position] != &unit) return;
   if (forward) {
-    for (size_t i = position + 1; i < forward_order_.size(); ++i) {
+    // Look no further ahead than the limit could ever allow.
+    const size_t end = std::min(forward_order_.size(),
+                                position + 1 + static_cast<size_t>(max_inflight_all_gathers_));
+    for (size_t i = position + 1; i < end; ++i) {
       if (!try_prefetch(*forward_order_[i])) break;
     }
   } else if (position > 0) {

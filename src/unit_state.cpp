@@ -45,8 +45,16 @@ void UnitState::pre_forward(TensorRefs& inputs) {
   root.on_pre_forward(*this);
   params_->wait_unshard();
   if (config_.prefetch) root.prefetch_after(*this, /*forward=*/true);
-  if (at::GradMode::is_enabled()) attach_post_backward_node(inputs, weak_from_this());
+  // The post-backward node reduces and reshards; a unit with neither to do
+  // (one rank, nothing replicated) lets the final callback close its step.
+  if (at::GradMode::is_enabled() && has_post_backward_work()) {
+    attach_post_backward_node(inputs, weak_from_this());
+  }
   if (config_.cast_inputs_to) cast_floating(inputs, *config_.cast_inputs_to);
+}
+
+bool UnitState::has_post_backward_work() const {
+  return !params_->is_aliased() || params_->needs_grad_reduction();
 }
 
 void UnitState::post_forward(TensorRefs& outputs) {

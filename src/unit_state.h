@@ -62,6 +62,7 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
 
  private:
   void reduce_and_reshard();
+  bool has_post_backward_work() const;
   void check_params_unmodified() const;
   void attach_post_backward(TensorRefs& inputs);
   void attach_pre_backward(TensorRefs& outputs);

@@ -32,6 +32,18 @@ struct ParamShard {
 // Every parameter of the model, in unit pre-order. The root must be sharded.
 std::vector<ParamShard> param_shards(const UnitModule& root);
 
+// One unit's buffer sizes, e.g. to replay its collectives alone.
+struct UnitInfo {
+  std::string name;          // module path ("" = root)
+  int64_t num_params = 0;
+  int64_t padded_numel = 0;  // gathered flat buffer
+  int64_t shard_numel = 0;   // local shard
+  bool sharded = true;       // false: nothing to gather (one rank, or NO_SHARD)
+  at::ScalarType compute_dtype = at::kFloat;
+  at::ScalarType reduce_dtype = at::kFloat;
+};
+std::vector<UnitInfo> unit_infos(const UnitModule& root);
+
 struct MemoryStats {
   int64_t sharded_param_bytes = 0;   // local shards, padding included
   int64_t sharded_grad_bytes = 0;    // local sharded gradients

@@ -1,0 +1,33 @@
+// fsdp-bench <suite> [options]: benchmarks for libfsdp. Every suite prints a
+// table, or one JSON object per line with --json (see bench_util.h), and
+// measures its baseline in the same run.
+
+#include <CLI/CLI.hpp>
+
+#include "suites.h"
+
+namespace {
+
+constexpr fsdp::bench::SuiteRegistrar kSuites[] = {
+    fsdp::bench::register_comm_suite,
+    fsdp::bench::register_overhead_suite,
+    fsdp::bench::register_train_suite,
+    fsdp::bench::register_memory_suite,
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fsdp-bench: benchmarks for libfsdp"};
+  app.require_subcommand(1);
+  for (auto add_suite : kSuites) add_suite(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdp-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

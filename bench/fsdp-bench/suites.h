@@ -1,0 +1,24 @@
+#pragma once
+// fsdp-bench is a registry of suites: each suite is one file that adds one
+// CLI11 subcommand. To add a suite, write <name>_suite.cpp with a
+// register_<name>_suite() and list it in kSuites in main.cpp.
+
+#include <CLI/CLI.hpp>
+
+namespace fsdp::bench {
+
+using SuiteRegistrar = void (*)(CLI::App& app);
+
+// `fsdp-bench comm`: all-gather, reduce-scatter and all-reduce bandwidth.
+void register_comm_suite(CLI::App& app);
+
+// `fsdp-bench overhead`: FSDP's CPU cost per unit per step vs local training.
+void register_overhead_suite(CLI::App& app);
+
+// `fsdp-bench train`: FSDP step vs compute alone and communication alone.
+void register_train_suite(CLI::App& app);
+
+// `fsdp-bench memory`: per-rank sharded bytes and peak gathered bytes.
+void register_memory_suite(CLI::App& app);
+
+}  // namespace fsdp::bench

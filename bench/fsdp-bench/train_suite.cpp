@@ -1,0 +1,198 @@
+// fsdp-bench train: how well FSDP hides communication behind compute.
+//
+// On N in-process ranks, the same run measures (a) the local step on the
+// per-rank batch, all ranks computing at once as they do under FSDP
+// (compute alone), (b) the step's collectives alone, with the unit sizes of
+// the sharded model, and (c) the FSDP step with prefetch on and off. Perfect
+// overlap would make the FSDP step as long as the longer of (a) and (b):
+// ratio_to_limit = fsdp_step / max(compute, comm).
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/optim/adamw.h>
+
+#include <mutex>
+
+#include "bench_util.h"
+#include "fsdp/fsdp.h"
+#include "fsdp/models/gpt.h"
+#include "local_ranks.h"
+#include "suites.h"
+
+namespace fsdp::bench {
+namespace {
+
+struct TrainConfig {
+  int world_size = 2;
+  int64_t batch = 8;  // sequences per rank
+  int64_t width = 128;
+  int64_t layers = 4;
+  int64_t context = 128;
+  int reps = 8;
+  int warmup = 2;
+  bool json = false;
+};
+
+models::GPTConfig gpt_config(const TrainConfig& c, bool shard_blocks) {
+  models::GPTConfig config;
+  config.d_model = c.width;
+  config.n_layer = c.layers;
+  config.n_head = 4;
+  config.context = c.context;
+  config.shard_blocks = shard_blocks;
+  return config;
+}
+
+// The slowest rank's median, which is what a synchronous step costs.
+class RankTimes {
+ public:
+  void add(const Stats& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s.median_ms > worst_.median_ms) worst_ = s;
+  }
+  Stats worst() const { return worst_; }
+
+ private:
+  std::mutex mu_;
+  Stats worst_;
+};
+
+template <class Step>
+Stats time_reps(const TrainConfig& c, ProcessGroup& group, Step step) {
+  std::vector<double> ms;
+  for (int rep = -c.warmup; rep < c.reps; ++rep) {
+    group.barrier()->wait();
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    if (rep >= 0) ms.push_back(elapsed_ms(start));
+  }
+  return summarize(ms);
+}
+
+template <class Model>
+void train_step(Model& model, torch::optim::Optimizer& opt, const at::Tensor& tokens) {
+  at::Tensor loss = models::lm_loss(model->forward(tokens), tokens);
+  opt.zero_grad();
+  loss.backward();
+  opt.step();
+}
+
+Stats measure_compute(const TrainConfig& c) {
+  RankTimes times;
+  run_local_ranks(c.world_size, [&](int, ProcessGroupPtr group) {
+    models::GPT model(gpt_config(c, false));
+    torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
+    at::Tensor tokens = at::randint(0, 256, {c.batch, c.context});
+    times.add(time_reps(c, *group, [&] { train_step(model, opt, tokens); }));
+  });
+  return times.worst();
+}
+
+Stats measure_fsdp(const TrainConfig& c, bool prefetch, std::vector<UnitInfo>* units) {
+  RankTimes times;
+  std::mutex mu;
+  run_local_ranks(c.world_size, [&](int rank, ProcessGroupPtr group) {
+    auto model = fully_shard(models::GPT(gpt_config(c, true)),
+                             FullyShardOptions().process_group(group).prefetch(prefetch));
+    torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
+    at::Tensor tokens = at::randint(0, 256, {c.batch, c.context});
+    times.add(time_reps(c, *group, [&] { train_step(model, opt, tokens); }));
+    if (rank == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      *units = unit_infos(*model);
+    }
+  });
+  return times.worst();
+}
+
+// The collectives one FULL_SHARD step issues, alone: every unit gathered for
+// forward, every non-root unit again for backward, every unit's gradients
+// reduce-scattered (with its one flag per parameter).
+Stats measure_comm(const TrainConfig& c, const std::vector<UnitInfo>& units) {
+  RankTimes times;
+  run_local_ranks(c.world_size, [&](int, ProcessGroupPtr group) {
+    const int n = group->size();
+    std::vector<at::Tensor> gathered, shards, grads_in, grads_out;
+    for (const auto& u : units) {
+      gathered.push_back(at::empty({u.padded_numel}, u.compute_dtype));
+      shards.push_back(at::ones({u.shard_numel}, u.compute_dtype));
+      grads_in.push_back(at::ones({n * (u.shard_numel + u.num_params)}, u.reduce_dtype));
+      grads_out.push_back(at::empty({u.shard_numel + u.num_params}, u.reduce_dtype));
+    }
+    times.add(time_reps(c, *group, [&] {
+      std::vector<WorkPtr> work;
+      for (size_t i = 0; i < units.size(); ++i) work.push_back(group->all_gather(gathered[i], shards[i]));
+      for (size_t i = units.size(); i-- > 0;) {
+        if (!units[i].name.empty()) work.push_back(group->all_gather(gathered[i], shards[i]));
+        work.push_back(group->reduce_scatter(grads_out[i], grads_in[i], ReduceOp::kSum));
+      }
+      for (auto& w : work) w->wait();
+    }));
+  });
+  return times.worst();
+}
+
+void run_train(const TrainConfig& c) {
+  at::set_num_threads(threads_per_rank(c.world_size));
+  const Stats compute = measure_compute(c);
+  std::vector<UnitInfo> units;
+  const Stats fsdp_off = measure_fsdp(c, false, &units);
+  const Stats fsdp_on = measure_fsdp(c, true, &units);
+  const Stats comm = measure_comm(c, units);
+  const double limit = std::max(compute.median_ms, comm.median_ms);
+  const double tokens = static_cast<double>(c.batch * c.context * c.world_size);
+  struct Row {
+    bool prefetch;
+    Stats stats;
+  };
+  if (!c.json) {
+    std::printf("fsdp-bench train: GPT d%ld x %ld layers, context %ld, %ld sequences per rank, "
+                "world size %d\n",
+                static_cast<long>(c.width), static_cast<long>(c.layers), static_cast<long>(c.context),
+                static_cast<long>(c.batch), c.world_size);
+    std::printf("machine: %s; %d reps after %d warm-up; slowest rank's median (min)\n\n",
+                machine_line("gloo").c_str(), c.reps, c.warmup);
+    Table table({"measurement", "median ms", "min ms", "ratio_to_limit", "tokens/s"});
+    auto row = [&](const std::string& name, const Stats& s, bool ratio) {
+      table.add_row({name, fmt::format("{:.1f}", s.median_ms), fmt::format("{:.1f}", s.min_ms),
+                     ratio ? fmt::format("{:.3f}", s.median_ms / limit) : "",
+                     fmt::format("{:.0f}", tokens / s.median_ms * 1000.0)});
+    };
+    row("local step (compute alone)", compute, false);
+    row("collectives alone", comm, false);
+    row("fsdp step, prefetch on", fsdp_on, true);
+    row("fsdp step, prefetch off", fsdp_off, true);
+    table.print();
+    std::printf("\nratio_to_limit = fsdp_step / max(compute, comm); 1.0 is perfect overlap "
+                "(goal: <= 1.25 with prefetch)\n");
+    return;
+  }
+  for (const Row& r : {Row{true, fsdp_on}, Row{false, fsdp_off}}) {
+    print_json_line({{"suite", "train"},
+                     {"world_size", c.world_size},
+                     {"prefetch", r.prefetch},
+                     {"fsdp_step_ms", r.stats.median_ms},
+                     {"fsdp_step_ms_min", r.stats.min_ms},
+                     {"local_step_ms", compute.median_ms},
+                     {"comm_only_ms", comm.median_ms},
+                     {"ratio_to_limit", r.stats.median_ms / limit},
+                     {"tokens_per_s", tokens / r.stats.median_ms * 1000.0}});
+  }
+}
+
+}  // namespace
+
+void register_train_suite(CLI::App& app) {
+  auto config = std::make_shared<TrainConfig>();
+  CLI::App* sub = app.add_subcommand("train", "overlap of communication and compute in a GPT step");
+  sub->add_option("--world-size", config->world_size, "local ranks")->capture_default_str()->check(CLI::Range(1, 64));
+  sub->add_option("--batch", config->batch, "sequences per rank")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--width", config->width, "model width")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--layers", config->layers, "blocks (units)")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--context", config->context, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--reps", config->reps, "timed repetitions")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_flag("--json", config->json, "one JSON object per line");
+  sub->callback([config] { run_train(*config); });
+}
+
+}  // namespace fsdp::bench

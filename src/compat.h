@@ -15,7 +15,7 @@
 #include <string>
 #include <type_traits>
 
-#include <c10/util/string_utils.h>
+#include <sstream>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -55,10 +55,25 @@ template <class StateMap>
 typename StateMap::key_type optimizer_state_key(const StateMap&, const at::Tensor& param) {
   using Key = typename StateMap::key_type;
   if constexpr (std::is_same<Key, std::string>::value) {
-    return c10::guts::to_string(param.unsafeGetTensorImpl());
+    // What 1.13's c10::guts::to_string does; that helper is gone in 2.x.
+    std::ostringstream key;
+    key << param.unsafeGetTensorImpl();
+    return key.str();
   } else {
     return static_cast<Key>(param.unsafeGetTensorImpl());
   }
 }
+
+#if defined(FSDP_WITH_NCCL)
+// LibTorch >= 2.4 warns at exit unless a ProcessGroupNCCL is shut down
+// before it is destroyed; 1.13 has no shutdown() and needs none.
+inline void shutdown_nccl(c10d::ProcessGroupNCCL& pg) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  pg.shutdown();
+#else
+  (void)pg;
+#endif
+}
+#endif
 
 }  // namespace fsdp::compat

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <unistd.h>
 
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/training_state.h"

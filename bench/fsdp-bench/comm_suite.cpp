@@ -66,9 +66,12 @@ void run_rank(const CommConfig& c, const c10::intrusive_ptr<c10d::Store>& store,
     const int64_t numel = bytes / 4 / n * n;  // float32, divisible by n
     const auto full = at::ones({numel}, at::kFloat);
     const auto shard = at::ones({numel / n}, at::kFloat);
-    for (const std::string op : kOps) {
-      at::Tensor times = at::zeros({c.reps}, at::kDouble);
-      for (int rep = -c.warmup; rep < c.reps; ++rep) {
+    // Ops alternate within each rep, so load from outside this process hits
+    // all three alike and their ratios stay meaningful on a busy machine.
+    std::map<std::string, at::Tensor> times;
+    for (const std::string op : kOps) times[op] = at::zeros({c.reps}, at::kDouble);
+    for (int rep = -c.warmup; rep < c.reps; ++rep) {
+      for (const std::string op : kOps) {
         full.fill_(1.0f);  // reduce-scatter and all-reduce overwrite it
         group->barrier()->wait();
         const auto start = std::chrono::steady_clock::now();
@@ -79,13 +82,15 @@ void run_rank(const CommConfig& c, const c10::intrusive_ptr<c10d::Store>& store,
         } else {
           group->all_reduce(full, ReduceOp::kSum)->wait();
         }
-        if (rep >= 0) times[rep] = elapsed_ms(start);
+        if (rep >= 0) times[op][rep] = elapsed_ms(start);
       }
-      group->all_reduce(times, ReduceOp::kMax)->wait();
+    }
+    for (const std::string op : kOps) {
+      group->all_reduce(times[op], ReduceOp::kMax)->wait();
       if (rank == 0) {
         std::lock_guard<std::mutex> lock(mu);
-        auto& out = timings[{op, numel * 4}];
-        out.assign(times.data_ptr<double>(), times.data_ptr<double>() + c.reps);
+        timings[{op, numel * 4}].assign(times[op].data_ptr<double>(),
+                                        times[op].data_ptr<double>() + c.reps);
       }
     }
   }
@@ -150,9 +155,9 @@ int run_comm(const CommConfig& c) {
       }
     }
   }
-  if (c.world_size == 1) return 0;  // no bandwidth to compare
+  if (!c.json) table.print();
+  if (c.world_size == 1) return 0;  // nothing moved, no ratio
   if (!c.json) {
-    table.print();
     std::printf("\nreduce-scatter busbw / all-gather busbw (the ring bound is 1.0):\n");
   }
   for (const auto& [bytes, by_op] : busbw) {

@@ -3,6 +3,7 @@
 // FileStore: the cheap way to run a multi-rank benchmark on one machine.
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <unistd.h>
 
 #include <exception>
 #include <filesystem>

@@ -175,17 +175,18 @@ int run_memory(const MemoryConfig& c) {
                    kib(m.peak_forward), kib(m.peak_backward)});
   }
   table.print();
-  std::printf("\nunsharded total (params + grads + 2 AdamW moments): %s KiB\n",
+  std::printf("\n%-52s %s KiB\n", "unsharded total (params + grads + 2 AdamW moments):",
               kib(unsharded_total).c_str());
-  std::printf("baseline, one process measured:                      %s KiB\n",
-              kib(baseline).c_str());
-  std::printf("worst rank / unsharded total:                        %.4f (ideal %.4f)\n", ratio,
+  std::printf("%-52s %s KiB\n", "baseline, one process, measured:", kib(baseline).c_str());
+  std::printf("%-52s %.4f (ideal %.4f)\n", "worst rank / unsharded total:", ratio,
               1.0 / c.world_size);
-  std::printf("peak gathered params:                                %s KiB\n",
+  std::printf("%-52s %s KiB\n", "peak gathered parameters (worst rank, fwd or bwd):",
               kib(worst_peak).c_str());
-  std::printf("  root unit %s KiB + 2 x largest unit %s KiB =       %s KiB (bound)\n",
-              kib(root).c_str(), kib(largest).c_str(), kib(gather_bound).c_str());
-  std::printf("  whole model gathered would be                      %s KiB\n",
+  std::printf("%-52s %s KiB\n",
+              fmt::format("bound: root {} KiB + 2 x largest unit {} KiB:", kib(root), kib(largest))
+                  .c_str(),
+              kib(gather_bound).c_str());
+  std::printf("%-52s %s KiB\n", "the whole model, gathered:",
               kib(ranks[0].stats.unsharded_param_bytes).c_str());
   return 0;
 }

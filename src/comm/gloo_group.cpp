@@ -138,18 +138,16 @@ WorkPtr GlooGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& in
     const at::Tensor out = output.reshape({-1});
     if (out.numel() == 0) return;
     const auto chunks = even_chunks(input.reshape({-1}), size_);
-    if (size_ > 1) {
+    if (size_ == 1) {
+      out.copy_(chunks[0]);
+    } else {
       auto p = peers();
       ring_reduce_scatter(p, chunks, scratch(input.scalar_type(), ring_scratch_numel(p, chunks)),
                           op == ReduceOp::kAvg ? ReduceOp::kSum : op,
-                          take_tags(ring_tags_needed(p, nbytes(out))));
+                          take_tags(ring_tags_needed(p, nbytes(out))), out);
     }
     // Average = sum, then one division by the group size.
-    if (op == ReduceOp::kAvg) {
-      at::div_out(const_cast<at::Tensor&>(out), chunks[rank_], size_);
-    } else if (out.data_ptr() != chunks[rank_].data_ptr()) {
-      out.copy_(chunks[rank_]);
-    }
+    if (op == ReduceOp::kAvg) out.div_(size_);
   });
 }
 

@@ -70,6 +70,14 @@ class NcclGroup final : public ProcessGroup {
         c10::make_intrusive<c10d::PrefixStore>(key_prefix_, store_), rank_, size_, nccl_options);
   }
 
+  ~NcclGroup() override {
+    try {
+      compat::shutdown_nccl(*nccl_);
+    } catch (const std::exception& e) {
+      TORCH_WARN("fsdp: shutting down NCCL group '", options_.name, "' failed: ", e.what());
+    }
+  }
+
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const GroupOptions& options() const override { return options_; }

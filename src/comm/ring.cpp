@@ -49,16 +49,17 @@ class Transfers {
   const RingPeers& peers_;
 };
 
-void reduce_into(const at::Tensor& acc, const at::Tensor& incoming, ReduceOp op) {
+// out = op(acc, incoming); `out` may be `acc` itself.
+void reduce_into(at::Tensor out, const at::Tensor& acc, const at::Tensor& incoming, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-      acc.add_(incoming);
+      at::add_out(out, acc, incoming);
       return;
     case ReduceOp::kMax:
-      at::maximum_out(const_cast<at::Tensor&>(acc), acc, incoming);
+      at::maximum_out(out, acc, incoming);
       return;
     case ReduceOp::kMin:
-      at::minimum_out(const_cast<at::Tensor&>(acc), acc, incoming);
+      at::minimum_out(out, acc, incoming);
       return;
     case ReduceOp::kAvg:
       break;
@@ -113,10 +114,16 @@ void ring_all_gather(const RingPeers& peers, const std::vector<at::Tensor>& chun
 }
 
 void ring_reduce_scatter(const RingPeers& peers, const std::vector<at::Tensor>& chunks,
-                         const at::Tensor& scratch, ReduceOp op, int tag) {
+                         const at::Tensor& scratch, ReduceOp op, int tag,
+                         const at::Tensor& result) {
   const int n = peers.size;
   const int r = peers.rank;
-  if (n == 1) return;
+  TORCH_INTERNAL_ASSERT(!result.defined() || result.numel() == chunks[r].numel(),
+                        "ring result must match this rank's chunk");
+  if (n == 1) {
+    if (result.defined()) result.copy_(chunks[r]);
+    return;
+  }
   const int m = segment_count(peers, max_chunk_bytes(chunks));
   int64_t max_numel = 0;
   for (const auto& c : chunks) max_numel = std::max(max_numel, c.numel());
@@ -124,7 +131,9 @@ void ring_reduce_scatter(const RingPeers& peers, const std::vector<at::Tensor>& 
   TORCH_INTERNAL_ASSERT(scratch.numel() >= slot * m, "ring scratch too small");
   // Segment j of every step lands in scratch slot j, so a slot is reused
   // only after its previous contents were reduced.
-  auto slot_for = [&](const at::Tensor& seg, int j) { return scratch.narrow(0, j * slot, seg.numel()); };
+  auto slot_for = [&](const at::Tensor& seg, int j) {
+    return scratch.narrow(0, j * slot, seg.numel());
+  };
   auto recv_index = [&](int s) { return mod(r - s - 2, n); };
 
   Transfers io(peers);
@@ -143,7 +152,9 @@ void ring_reduce_scatter(const RingPeers& peers, const std::vector<at::Tensor>& 
       auto acc = segment(chunks[recv_index(s)], j, m);
       if (acc.numel() > 0) {
         io.wait(recvs[j]);
-        reduce_into(acc, slot_for(acc, j), op);
+        // The last step completes chunks[r]: write it where the caller wants it.
+        const bool last = s + 2 == n && result.defined();
+        reduce_into(last ? segment(result, j, m) : acc, acc, slot_for(acc, j), op);
         // The chunk just reduced is the one this rank sends next step.
         if (s + 2 < n) sends.push_back(io.send(acc, next_tag));
       }

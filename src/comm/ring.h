@@ -50,11 +50,14 @@ struct RingPeers {
 // `tag` is the first of ring_tags_needed() tags this call may use.
 void ring_all_gather(const RingPeers& peers, const std::vector<at::Tensor>& chunks, int tag);
 
-// On return chunks[rank] holds the reduction (kSum, kMax or kMin) of every
-// rank's chunks[rank]. Other chunks hold partial results. `scratch` has at
-// least ring_scratch_numel() elements and the chunks' dtype.
+// On return `result` (1-D, chunks[rank].numel() elements) holds the
+// reduction (kSum, kMax or kMin) of every rank's chunks[rank]; the last step
+// reduces straight into it, which saves a copy. With `result` undefined the
+// reduction stays in chunks[rank]. Other chunks hold partial results.
+// `scratch` has at least ring_scratch_numel() elements and the chunks' dtype.
 void ring_reduce_scatter(const RingPeers& peers, const std::vector<at::Tensor>& chunks,
-                         const at::Tensor& scratch, ReduceOp op, int tag);
+                         const at::Tensor& scratch, ReduceOp op, int tag,
+                         const at::Tensor& result = {});
 
 // The scratch reduce-scatter needs: about the largest chunk (a few elements
 // more when the segments do not divide it evenly).

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Copies the header-only dependencies and googletest's sources from this
+# Debian machine into .gpudeps/, which the GPU machine (no package registry)
+# receives through the device tool's `carry` and uses via -DFSDP_DEPS_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.gpudeps/' .git/info/exclude 2>/dev/null || echo '/.gpudeps/' >> .git/info/exclude
+rm -rf .gpudeps && mkdir -p .gpudeps/include
+cp -r /usr/include/nlohmann /usr/include/CLI /usr/include/fmt /usr/include/xxhash.h /usr/include/xxh3.h .gpudeps/include/
+cp -r /usr/src/googletest .gpudeps/googletest
+du -sh .gpudeps

@@ -1,0 +1,110 @@
+// GPU tests (label "gpu"): run only where LibTorch has CUDA. Several NCCL
+// ranks cannot share one GPU, so NCCL runs at world size 1 here and
+// multi-rank logic is covered by the Gloo tests (DESIGN.md section 3).
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "fsdp/fsdp.h"
+#include "harness/models.h"
+#include "harness/parity.h"
+
+namespace fsdp::testing {
+namespace {
+
+ProcessGroupPtr nccl_world() {
+  GroupOptions options;
+  options.backend = CommBackend::kNccl;
+  options.name = "nccl";
+  return make_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
+}
+
+TEST(Gpu, NcclCollectivesAtWorldSizeOne) {
+  ASSERT_TRUE(at::hasCUDA()) << "this test needs a CUDA device";
+  auto group = nccl_world();
+  auto opts = at::TensorOptions().device(at::kCUDA);
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kDouble}) {
+    at::Tensor shard = at::arange(5, opts.dtype(dtype));
+    at::Tensor full = at::empty({5}, opts.dtype(dtype));
+    group->all_gather(full, shard)->wait();
+    EXPECT_TRUE(at::equal(full.cpu(), shard.cpu()));
+    at::Tensor out = at::empty({5}, opts.dtype(dtype));
+    at::Tensor in = at::arange(5, opts.dtype(dtype)) * 2;
+    group->reduce_scatter(out, in.clone(), ReduceOp::kSum)->wait();
+    EXPECT_TRUE(at::equal(out.cpu(), in.cpu()));
+    at::Tensor t = at::ones({3}, opts.dtype(dtype));
+    group->all_reduce(t, ReduceOp::kAvg)->wait();
+    EXPECT_TRUE(at::equal(t.cpu(), at::ones({3}, at::TensorOptions().dtype(dtype))));
+    group->broadcast(t, 0)->wait();
+  }
+  group->barrier()->wait();
+  EXPECT_GE(group->counters().all_gather, 3);
+}
+
+// FSDP on CUDA at world size 1 against the same model trained plainly on CUDA.
+void cuda_parity(const FullyShardOptions& extra, double loss_rtol, const char* what) {
+  const int steps = 4;
+  auto config = tiny_gpt_config(true);
+  at::manual_seed(1);
+  at::Tensor tokens = at::randint(0, config.vocab_size, {steps, 8, config.context}).cuda();
+  models::GPT reference(config);
+  models::GPT init(config);
+  copy_state(*init, *reference);
+  reference->to(at::kCUDA);
+  auto ref_opt = make_optimizer(OptimizerKind::kAdamW, reference->parameters());
+  std::vector<double> ref_losses;
+  for (int s = 0; s < steps; ++s) {
+    at::Tensor loss = models::lm_loss(reference->forward(tokens[s]).to(at::kFloat), tokens[s]);
+    ref_opt->zero_grad();
+    loss.backward();
+    ref_opt->step();
+    ref_losses.push_back(loss.item<double>());
+  }
+  models::GPT local(config);
+  copy_state(*local, *init);
+  local->to(at::kCUDA);
+  FullyShardOptions options = extra;
+  auto model = fully_shard(local, options.process_group(nccl_world()));
+  auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
+  for (int s = 0; s < steps; ++s) {
+    at::Tensor logits = model->forward(tokens[s]);
+    EXPECT_TRUE(logits.is_cuda()) << what;
+    at::Tensor loss = models::lm_loss(logits.to(at::kFloat), tokens[s]);
+    opt->zero_grad();
+    loss.backward();
+    opt->step();
+    EXPECT_LE(relative_diff(loss.item<double>(), ref_losses[s]), loss_rtol)
+        << what << " step " << s << ": " << loss.item<double>() << " vs " << ref_losses[s];
+  }
+}
+
+TEST(Gpu, FsdpOnCudaMatchesPlainTraining) {
+  ASSERT_TRUE(at::hasCUDA());
+  cuda_parity(FullyShardOptions(), 1e-5, "fp32");
+}
+
+TEST(Gpu, Bf16MixedPrecisionOnCudaTracksFp32) {
+  ASSERT_TRUE(at::hasCUDA());
+  // bf16 compute against an fp32 reference: within a few bf16 ulps (2^-8).
+  cuda_parity(FullyShardOptions().mp(
+                  MixedPrecisionPolicy().param_dtype(at::kBFloat16).reduce_dtype(at::kFloat)),
+              3e-2, "bf16");
+}
+
+TEST(Gpu, CpuOffloadWithPinnedMemoryMatchesPlainTraining) {
+  ASSERT_TRUE(at::hasCUDA());
+  cuda_parity(FullyShardOptions().offload(OffloadPolicy().offload_params(true)), 1e-5, "offload");
+  models::GPT gpt(tiny_gpt_config(true));
+  gpt->to(at::kCUDA);
+  auto model = fully_shard(gpt, FullyShardOptions()
+                                    .process_group(nccl_world())
+                                    .offload(OffloadPolicy().offload_params(true)));
+  for (const auto& p : model->parameters()) {
+    EXPECT_TRUE(p.device().is_cpu()) << "offloaded shards live on the host";
+    EXPECT_TRUE(p.is_pinned()) << "and in pinned memory, for non-blocking copies";
+  }
+}
+
+}  // namespace
+}  // namespace fsdp::testing

@@ -1,0 +1,208 @@
+// Memory, by tensor-byte accounting (DESIGN.md sections 5 and 6), at world
+// size 4 with FULL_SHARD and AdamW on a small GPT:
+//  - persistent bytes per rank (sharded params + sharded grads + AdamW's two
+//    moments) are a quarter of the unsharded total (4 x the parameter bytes),
+//    plus at most one padding element per unit and category;
+//  - the gathered parameter bytes alive at once, in forward and in backward,
+//    never exceed the root plus the two largest units, and the whole model
+//    is never gathered at once;
+//  - once a step is over, nothing stays gathered.
+// The bounds are computed here from the reference model's shapes, not read
+// back from the library, so a wrong number in memory_stats() fails too.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
+
+#include <map>
+#include <string>
+
+#include "fsdp/fsdp.h"
+#include "harness/models.h"
+#include "harness/parity.h"
+#include "harness/rank_harness.h"
+
+namespace fsdp::testing {
+namespace {
+
+constexpr int kWorld = 4;
+constexpr int64_t kFloat = 4;  // bytes
+
+models::GPTConfig memory_config(int64_t n_layer) {
+  auto config = tiny_gpt_config(true);
+  config.d_model = 48;  // odd-ish sizes: units do not divide by 4 evenly
+  config.n_layer = n_layer;
+  config.vocab_size = 253;
+  return config;
+}
+
+int64_t padded(int64_t numel, int world) { return (numel + world - 1) / world * world; }
+
+// Unpadded element counts of each unit, keyed by unit path ("" = root),
+// from the full shapes (the same on every rank).
+std::map<std::string, int64_t> unit_numels(const UnitModule& root) {
+  std::map<std::string, int64_t> numels;
+  for (const auto& shard : param_shards(root)) {
+    int64_t n = 1;
+    for (int64_t d : shard.full_shape) n *= d;
+    numels[shard.unit] += n;
+  }
+  return numels;
+}
+
+int64_t reference_param_bytes(const torch::nn::Module& reference) {
+  int64_t total = 0;
+  for (const auto& p : reference.parameters()) total += p.numel() * p.element_size();
+  return total;
+}
+
+class MemoryAccounting : public ::testing::TestWithParam<int> {};
+
+TEST_P(MemoryAccounting, FullShardAdamWAtWorldSizeFour) {
+  const int64_t n_layer = GetParam();
+  const auto config = memory_config(n_layer);
+  at::manual_seed(11);
+  models::GPT reference(memory_config(n_layer));
+  const int64_t unsharded_param_bytes = reference_param_bytes(*reference);
+  at::Tensor tokens = at::randint(0, config.vocab_size, {3, 8, config.context});
+
+  run_ranks(kWorld, [&](RankContext& ctx) {
+    models::GPT local(config);
+    copy_state(*local, *reference);
+    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
+    const std::string who = "rank " + std::to_string(ctx.rank);
+
+    // Expected per-unit sizes, from shapes alone.
+    const auto numels = unit_numels(*model);
+    ASSERT_EQ(numels.size(), static_cast<size_t>(n_layer + 1)) << who << ": root + one unit per block";
+    int64_t all_units_gathered = 0, largest_block = 0, padded_shards = 0;
+    for (const auto& [unit, n] : numels) {
+      const int64_t gathered = padded(n, kWorld) * kFloat;
+      all_units_gathered += gathered;
+      if (!unit.empty()) largest_block = std::max(largest_block, gathered);
+      padded_shards += padded(n, kWorld) / kWorld * kFloat;
+    }
+    const int64_t root_gathered = padded(numels.at(""), kWorld) * kFloat;
+
+    MemoryStats stats = memory_stats(*model);
+    EXPECT_EQ(stats.unsharded_param_bytes, unsharded_param_bytes) << who;
+    EXPECT_EQ(stats.root_unit_bytes, root_gathered) << who;
+    EXPECT_EQ(stats.largest_unit_bytes, largest_block) << who;
+    EXPECT_EQ(stats.sharded_param_bytes, padded_shards) << who;
+    EXPECT_EQ(stats.gathered_param_bytes, 0) << who << ": nothing gathered before the first step";
+
+    for (int step = 0; step < 3; ++step) {
+      at::Tensor x = local_rows(tokens[step], ctx.rank, ctx.world_size);
+      reset_peak_memory_stats(*model);
+      at::Tensor loss = models::lm_loss(model->forward(x), x);
+      const MemoryStats after_forward = memory_stats(*model);
+      // The root keeps its parameters for backward; every block is freed.
+      EXPECT_EQ(after_forward.gathered_param_bytes, root_gathered) << who << " step " << step;
+      EXPECT_LE(after_forward.peak_gathered_param_bytes, root_gathered + 2 * largest_block)
+          << who << " step " << step << ": forward gathered more than the root + 2 units";
+      EXPECT_GE(after_forward.peak_gathered_param_bytes, root_gathered + largest_block)
+          << who << " step " << step << ": a block must be gathered while it runs";
+      if (n_layer >= 3) {
+        EXPECT_LT(after_forward.peak_gathered_param_bytes, all_units_gathered)
+            << who << " step " << step << ": the whole model was gathered at once in forward";
+      }
+
+      opt.zero_grad();
+      reset_peak_memory_stats(*model);
+      loss.backward();
+      const MemoryStats after_backward = memory_stats(*model);
+      EXPECT_LE(after_backward.peak_gathered_param_bytes, root_gathered + 2 * largest_block)
+          << who << " step " << step << ": backward gathered more than the root + 2 units";
+      EXPECT_GE(after_backward.peak_gathered_param_bytes, root_gathered + largest_block)
+          << who << " step " << step;
+      if (n_layer >= 3) {
+        EXPECT_LT(after_backward.peak_gathered_param_bytes, all_units_gathered)
+            << who << " step " << step << ": the whole model was gathered at once in backward";
+      }
+      EXPECT_EQ(after_backward.gathered_param_bytes, 0)
+          << who << " step " << step << ": parameters still gathered after backward";
+      opt.step();
+    }
+
+    // Persistent state after a step: sharded params, sharded grads and AdamW
+    // moments. Each category holds ceil(unit / 4) elements per unit at most,
+    // under one element of padding per unit over a quarter.
+    stats = memory_stats(*model);
+    const int64_t optimizer_bytes = optimizer_state_bytes(opt);
+    // AdamW's moments, counted here from its own state: two per parameter
+    // shard, each the shard's size.
+    int64_t expected_optimizer_bytes = 0;
+    for (const auto& p : model->parameters()) expected_optimizer_bytes += 2 * p.numel() * kFloat;
+    EXPECT_EQ(optimizer_bytes, expected_optimizer_bytes) << who;
+    EXPECT_EQ(stats.sharded_grad_bytes, padded_shards) << who;
+    const int64_t persistent = stats.sharded_param_bytes + stats.sharded_grad_bytes + optimizer_bytes;
+    const int64_t unsharded_total = 4 * unsharded_param_bytes;  // params, grads, 2 moments
+    const int64_t padding_allowance = 4 * static_cast<int64_t>(numels.size()) * kFloat;
+    EXPECT_LE(persistent, unsharded_total / kWorld + padding_allowance)
+        << who << ": persistent bytes " << persistent << " of an unsharded total "
+        << unsharded_total;
+    const double ratio = static_cast<double>(persistent) / static_cast<double>(unsharded_total);
+    EXPECT_LE(ratio, 0.26) << who;
+    EXPECT_GT(ratio, 0.2) << who << ": less than a quarter is not possible; accounting is off";
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Core, MemoryAccounting, ::testing::Values(2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "layers" + std::to_string(info.param);
+                         });
+
+// Without prefetch a unit is gathered only while it runs: the peak is the
+// root plus one unit.
+TEST(MemoryAccountingNoPrefetch, PeakIsRootPlusOneUnit) {
+  const auto config = memory_config(3);
+  at::manual_seed(11);
+  models::GPT reference(config);
+  at::Tensor tokens = at::randint(0, config.vocab_size, {2, 8, config.context});
+  run_ranks(kWorld, [&](RankContext& ctx) {
+    models::GPT local(config);
+    copy_state(*local, *reference);
+    auto model =
+        fully_shard(local, FullyShardOptions().process_group(ctx.group).prefetch(false));
+    for (int step = 0; step < 2; ++step) {
+      at::Tensor x = local_rows(tokens[step], ctx.rank, ctx.world_size);
+      const MemoryStats stats = memory_stats(*model);
+      reset_peak_memory_stats(*model);
+      at::Tensor loss = models::lm_loss(model->forward(x), x);
+      EXPECT_EQ(memory_stats(*model).peak_gathered_param_bytes,
+                stats.root_unit_bytes + stats.largest_unit_bytes)
+          << "rank " << ctx.rank << " forward, step " << step;
+      reset_peak_memory_stats(*model);
+      loss.backward();
+      EXPECT_EQ(memory_stats(*model).peak_gathered_param_bytes,
+                stats.root_unit_bytes + stats.largest_unit_bytes)
+          << "rank " << ctx.rank << " backward, step " << step;
+    }
+  });
+}
+
+// reshard_after_forward(false) keeps every unit gathered from forward to
+// backward: the peak is then the whole model, as documented.
+TEST(MemoryAccountingNoReshard, KeepsTheWholeModelGathered) {
+  const auto config = memory_config(3);
+  at::manual_seed(11);
+  models::GPT reference(config);
+  at::Tensor tokens = at::randint(0, config.vocab_size, {1, 8, config.context});
+  run_ranks(kWorld, [&](RankContext& ctx) {
+    models::GPT local(config);
+    copy_state(*local, *reference);
+    auto model = fully_shard(
+        local, FullyShardOptions().process_group(ctx.group).reshard_after_forward(false));
+    int64_t all_units = 0;
+    for (const auto& [unit, n] : unit_numels(*model)) all_units += padded(n, kWorld) * kFloat;
+    at::Tensor x = local_rows(tokens[0], ctx.rank, ctx.world_size);
+    at::Tensor loss = models::lm_loss(model->forward(x), x);
+    EXPECT_EQ(memory_stats(*model).gathered_param_bytes, all_units) << "rank " << ctx.rank;
+    loss.backward();
+    EXPECT_EQ(memory_stats(*model).gathered_param_bytes, 0) << "rank " << ctx.rank;
+  });
+}
+
+}  // namespace
+}  // namespace fsdp::testing

@@ -48,6 +48,15 @@ double clip_grad_norm_(UnitModule& root, double max_norm, double norm_type) {
     shard_group.all_reduce(t, inf ? ReduceOp::kMax : ReduceOp::kSum)->wait();
     total_pow = t.item<double>();
   }
+  // Ignored parameters are whole and replicated (see [Note: ignored
+  // parameters]): every rank adds the same local term, after the reduction.
+  for (const auto& p : state.ignored_params()) {
+    if (!p.grad().defined() || p.grad().numel() == 0) continue;
+    at::Tensor a = p.grad().detach().abs().to(at::kDouble);
+    total_pow = inf ? std::max(total_pow, a.max().item<double>())
+                    : total_pow + a.pow(norm_type).sum().item<double>();
+    grads.push_back(p.grad());
+  }
   const double total = inf ? total_pow : std::pow(total_pow, 1.0 / norm_type);
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1.0) {

@@ -16,6 +16,15 @@ at::Tensor plain_alias(const at::Tensor& base, const at::Tensor& like) {
   return alias;
 }
 
+// A parameter whose storage fsdp::defer_init released: shape and dtype only.
+bool is_deferred(const at::Tensor& t) {
+  return t.numel() > 0 && t.storage().nbytes() == 0;
+}
+
+int64_t post_forward_shard_bytes_of(const at::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
 at::Tensor free_storage_view(at::Tensor t) {
   compat::resize_storage_bytes(t.storage().unsafeGetStorageImpl(), 0);
   return t;
@@ -69,7 +78,7 @@ FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::
     for (size_t i = 0; i < params_.size(); ++i) {
       const auto& slot = layout_.slot(static_cast<int64_t>(i));
       at::Tensor view = sharded_flat_.narrow(0, slot.offset, slot.numel).view(shapes_[i]);
-      view.copy_(params_[i].detach());
+      if (!is_deferred(params_[i])) view.copy_(params_[i].detach());
       sharded_views_.push_back(view);
     }
     point_params_at(sharded_views_);
@@ -81,7 +90,11 @@ FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto slice = layout_.local_slice(static_cast<int64_t>(i), rank);
     at::Tensor view = sharded_flat_.narrow(0, slice.shard_offset, slice.numel);
-    view.copy_(params_[i].detach().reshape(-1).narrow(0, slice.param_begin, slice.numel));
+    // Deferred parameters (no storage yet) are filled later, by
+    // load_full_param(); see [Note: deferred initialization].
+    if (!is_deferred(params_[i])) {
+      view.copy_(params_[i].detach().reshape(-1).narrow(0, slice.param_begin, slice.numel));
+    }
     sharded_views_.push_back(view);
   }
   gathered_flat_ = at::empty({layout_.padded_numel()},
@@ -106,6 +119,15 @@ void FlatParamGroup::unshard_async() {
   if (aliased_ || state_ != State::kSharded) return;
   compat::resize_storage_bytes(gathered_flat_.storage().unsafeGetStorageImpl(), gathered_bytes());
   gathered_bytes_counter_->add(gathered_bytes());
+  if (post_forward_shard_.defined()) {
+    // Backward after a post-forward reshard: gather within the k-group.
+    all_gather_input_ = std::move(post_forward_shard_);
+    post_forward_counter_->sub(post_forward_shard_bytes_of(all_gather_input_));
+    post_forward_shard_ = at::Tensor();
+    pending_gather_ = post_forward_group_->all_gather(gathered_flat_, all_gather_input_);
+    state_ = State::kInFlight;
+    return;
+  }
   // The shard is cast (mixed precision) and moved (offload) once per gather.
   all_gather_input_ = sharded_flat_.to(gathered_flat_.device(), config_.compute_dtype,
                                        /*non_blocking=*/true, /*copy=*/offload_);
@@ -117,8 +139,29 @@ void FlatParamGroup::unshard_async() {
   state_ = State::kInFlight;
 }
 
+void FlatParamGroup::park_params_on_shards() {
+  if (aliased_ || state_ != State::kGathered) return;
+  point_params_at(sharded_views_);
+  shards_exposed_ = true;
+}
+
+double FlatParamGroup::shard_checksum(bool full) const {
+  // The sample, every stride-th element, costs one small reduction whatever
+  // the unit's size; an optimizer step changes nearly every element.
+  constexpr int64_t kSampleElements = 256;
+  const int64_t numel = sharded_flat_.numel();
+  if (full || numel <= kSampleElements) return sharded_flat_.sum(at::kDouble).item<double>();
+  const int64_t stride = numel / kSampleElements;
+  return sharded_flat_.as_strided({kSampleElements}, {stride}).sum(at::kDouble).item<double>();
+}
+
 void FlatParamGroup::wait_unshard() {
   if (aliased_) return;
+  if (state_ == State::kGathered && shards_exposed_) {
+    point_params_at(gathered_views_);
+    shards_exposed_ = false;
+    return;
+  }
   if (state_ == State::kSharded) unshard_async();
   if (state_ != State::kInFlight) return;
   if (pending_gather_) {
@@ -131,6 +174,7 @@ void FlatParamGroup::wait_unshard() {
 }
 
 void FlatParamGroup::reshard() {
+  discard_post_forward_shard();
   if (aliased_ || state_ == State::kSharded) return;
   if (state_ == State::kInFlight && pending_gather_) {
     // The gather writes into the buffer we are about to free.
@@ -139,9 +183,49 @@ void FlatParamGroup::reshard() {
   }
   all_gather_input_.reset();
   point_params_at(sharded_views_);
+  shards_exposed_ = false;
   free_storage_view(gathered_flat_);
   gathered_bytes_counter_->sub(gathered_bytes());
   state_ = State::kSharded;
+}
+
+// [Note: resharding to a smaller group]
+// FSDP2's integer reshard_after_forward (ZeRO++ hpZ). With k ranks per
+// post-forward group, after forward each rank keeps chunk j = (shard rank
+// mod k) of the gathered buffer: padded_numel / k elements in the compute
+// dtype, which are exactly its input to an all-gather over its k-group that
+// rebuilds the whole buffer. Backward then gathers within the k-group (e.g.
+// inside a node) instead of over the whole shard group, at the cost of
+// holding padded_numel / k elements per unit between forward and backward
+// (memory_stats' post_forward_shard_bytes). The chunk is dropped once used,
+// by any full reshard, and at every root forward (the optimizer may have
+// changed the shards since).
+void FlatParamGroup::set_post_forward_group(ProcessGroupPtr group, MemoryCounter* kept_bytes) {
+  TORCH_INTERNAL_ASSERT(group && kept_bytes);
+  TORCH_INTERNAL_ASSERT(layout_.padded_numel() % group->size() == 0);
+  post_forward_group_ = std::move(group);
+  post_forward_counter_ = kept_bytes;
+}
+
+void FlatParamGroup::reshard_after_forward() {
+  if (aliased_ || state_ == State::kSharded || !post_forward_group_) {
+    reshard();
+    return;
+  }
+  if (state_ == State::kInFlight) wait_unshard();
+  const int k = post_forward_group_->size();
+  const int64_t chunk = layout_.padded_numel() / k;
+  at::NoGradGuard no_grad;
+  at::Tensor kept = gathered_flat_.narrow(0, post_forward_group_->rank() * chunk, chunk).clone();
+  reshard();  // drops any older chunk first
+  post_forward_shard_ = std::move(kept);
+  post_forward_counter_->add(post_forward_shard_bytes());
+}
+
+void FlatParamGroup::discard_post_forward_shard() {
+  if (!post_forward_shard_.defined()) return;
+  post_forward_counter_->sub(post_forward_shard_bytes());
+  post_forward_shard_ = at::Tensor();
 }
 
 // -- gradients ------------------------------------------------------------
@@ -315,6 +399,10 @@ int64_t FlatParamGroup::sharded_bytes() const {
 
 int64_t FlatParamGroup::sharded_grad_bytes() const {
   return sharded_grad_.defined() ? sharded_grad_.numel() * sharded_grad_.element_size() : 0;
+}
+
+int64_t FlatParamGroup::post_forward_shard_bytes() const {
+  return post_forward_shard_bytes_of(post_forward_shard_);
 }
 
 int64_t FlatParamGroup::full_param_bytes() const {

@@ -46,8 +46,28 @@ class FlatParamGroup {
   void unshard_async();
   // Finishes the gather and points every parameter at its full view.
   void wait_unshard();
-  // Points every parameter at its shard and frees the gathered storage.
+  // Points every parameter at its shard and frees the gathered storage
+  // (and any post-forward shard).
   void reshard();
+  // After forward: like reshard(), but with a post-forward group set, first
+  // keeps this rank's chunk of the gathered buffer, so the next unshard
+  // gathers within that group. See [Note: resharding to a smaller group].
+  void reshard_after_forward();
+  // Sets the k-rank group of the shard group whose chunk post-forward
+  // reshards keep, and where those bytes are counted.
+  void set_post_forward_group(ProcessGroupPtr group, MemoryCounter* kept_bytes);
+  // Drops the chunk kept by reshard_after_forward() (the shards may change).
+  void discard_post_forward_shard();
+  bool holds_post_forward_shard() const { return post_forward_shard_.defined(); }
+  // Points every parameter at its shard but keeps the gathered buffer, for
+  // units that stay gathered from forward to backward: in between, their
+  // parameters look like every other unit's (shards, matching their sharded
+  // .grad()), and wait_unshard() points them back without a gather. See
+  // [Note: optimizer step before backward] in unit_state.cpp.
+  void park_params_on_shards();
+  // Sum of the local shard, or of an evenly spaced sample of it: a content
+  // check, not a hash.
+  double shard_checksum(bool full) const;
   bool is_gathered() const { return state_ == State::kGathered; }
   bool is_in_flight() const { return state_ == State::kInFlight; }
   // True when the parameters never change shape or dtype (nothing sharded,
@@ -73,6 +93,20 @@ class FlatParamGroup {
   void keep_unsharded_grads() { holding_unsharded_grads_ = true; }
   bool holds_unsharded_grads() const { return holding_unsharded_grads_; }
 
+  // -- full parameters outside training (summon, deferred init) -----------
+  // All-gathers the unit in the parameters' own dtype into a new 1-D buffer
+  // of padded_numel() elements (collective over the shard group; no copy
+  // when nothing is sharded). The caller owns it; the unit is not changed.
+  at::Tensor gather_full_flat() const;
+  // Full-shaped views of each parameter in such a buffer.
+  std::vector<at::Tensor> full_views(const at::Tensor& full_flat) const;
+  // Points the parameters at `views` (full-shaped), or back at their shards.
+  void expose(const std::vector<at::Tensor>& views) { point_params_at(views); }
+  void expose_shards() { point_params_at(sharded_views_); }
+  // Copies this rank's slice of `full` (param `param`'s full value) into the
+  // local shard.
+  void load_full_param(int64_t param, const at::Tensor& full);
+
   // -- introspection -----------------------------------------------------
   const ShardLayout& layout() const { return layout_; }
   const std::vector<at::Tensor>& params() const { return params_; }
@@ -88,6 +122,8 @@ class FlatParamGroup {
   int64_t sharded_bytes() const;   // bytes of the local shard
   int64_t sharded_grad_bytes() const;
   int64_t full_param_bytes() const;  // unpadded, param dtype
+  int64_t post_forward_shard_bytes() const;  // the kept chunk, 0 when none
+  const ProcessGroupPtr& post_forward_group() const { return post_forward_group_; }
 
  private:
   enum class State { kSharded, kInFlight, kGathered };
@@ -112,6 +148,10 @@ class FlatParamGroup {
   at::Tensor all_gather_input_;             // the cast shard, alive while in flight
   WorkPtr pending_gather_;
   State state_ = State::kSharded;
+  bool shards_exposed_ = false;  // gathered, but parameters point at shards
+  ProcessGroupPtr post_forward_group_;  // k consecutive ranks of the shard group
+  MemoryCounter* post_forward_counter_ = nullptr;
+  at::Tensor post_forward_shard_;  // 1-D, compute dtype, padded_numel / k
 
   at::Tensor sharded_grad_;                     // 1-D, param dtype, shard_numel
   std::vector<at::Tensor> sharded_grad_views_;  // per param, like sharded_views_

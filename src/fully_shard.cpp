@@ -3,6 +3,11 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <algorithm>
+#include <map>
+#include <unordered_set>
+
+#include "deferred_init.h"
 #include "model_fingerprint.h"
 #include "root_state.h"
 #include "unit_discovery.h"
@@ -67,6 +72,57 @@ detail::FlatParamConfig flat_config(const detail::DiscoveredUnit& unit,
   return config;
 }
 
+detail::IgnoredSet ignored_set(const FullyShardOptions& options) {
+  detail::IgnoredSet ignored;
+  for (const auto& module : options.ignored_modules()) ignored.modules.insert(module.get());
+  for (const auto& param : options.ignored_params()) ignored.params.insert(param.unsafeGetTensorImpl());
+  return ignored;
+}
+
+// The post-forward group size of a unit (see [Note: resharding to a smaller
+// group]): 0 for none (a plain reshard, or no reshard at all).
+int post_forward_group_size(const detail::DiscoveredUnit& unit, const FullyShardOptions& root_options,
+                            const detail::UnitConfig& config, int shard_size) {
+  const FullyShardOptions& options = unit.module->unit_options().value_or(root_options);
+  const int k = options.reshard_after_forward_group_size();
+  if (k == 0 || !config.reshard_after_forward) return 0;
+  TORCH_CHECK(shard_size % k == 0, "fsdp: reshard_after_forward_group_size is ", k,
+              " for unit '", unit.name.empty() ? "<root>" : unit.name,
+              "', which does not divide the shard group size ", shard_size,
+              "; pick a divisor of it (e.g. the ranks per node)");
+  return k == shard_size ? 0 : k;
+}
+
+// Groups of k consecutive ranks of `shard`, made once per k on every rank in
+// the same order (new_subgroup is collective over `shard`).
+ProcessGroupPtr post_forward_group(std::map<int, ProcessGroupPtr>& made, ProcessGroup& shard, int k) {
+  auto it = made.find(k);
+  if (it != made.end()) return it->second;
+  ProcessGroupPtr mine;
+  for (int first = 0; first < shard.size(); first += k) {
+    std::vector<int> ranks;
+    for (int r = first; r < first + k; ++r) ranks.push_back(r);
+    auto group = shard.new_subgroup(ranks, shard.options().name + "/reshard" + std::to_string(k) +
+                                               "[" + std::to_string(first / k) + "]");
+    if (group) mine = std::move(group);
+  }
+  TORCH_INTERNAL_ASSERT(mine, "every rank is in one post-forward group");
+  made.emplace(k, mine);
+  return mine;
+}
+
+void broadcast_params(ProcessGroup& world, const detail::DiscoveredModel& model) {
+  at::NoGradGuard no_grad;
+  for (const auto& unit : model.units) {
+    for (const auto& param : unit.params) {
+      if (param.numel() == 0 || is_deferred(param)) continue;  // broadcast once initialized
+      at::Tensor flat = param.is_contiguous() ? param : param.contiguous();
+      world.broadcast(flat, 0)->wait();
+      if (!flat.is_same(param)) param.copy_(flat);
+    }
+  }
+}
+
 void broadcast_buffers(ProcessGroup& world, const detail::DiscoveredModel& model) {
   at::NoGradGuard no_grad;
   for (const auto& buffer : model.buffers) {
@@ -77,15 +133,36 @@ void broadcast_buffers(ProcessGroup& world, const detail::DiscoveredModel& model
   }
 }
 
+// The hybrid strategies' default mesh: shard within a node.
+FullyShardOptions with_default_mesh(const FullyShardOptions& user_options) {
+  FullyShardOptions options = user_options;
+  if (!is_hybrid(options.strategy()) || options.mesh()) return options;
+  try {
+    options.mesh(std::make_shared<DeviceMesh>(make_hybrid_mesh_from_env(options.process_group())));
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "fsdp: strategy ", to_string(options.strategy()),
+                " without a mesh shards within each node, which needs the launcher's "
+                "environment (LOCAL_WORLD_SIZE): ", e.what_without_backtrace(),
+                ". Pass .mesh(std::make_shared<fsdp::DeviceMesh>(fsdp::make_hybrid_mesh(world, "
+                "shard_size))) instead");
+  }
+  return options;
+}
+
 }  // namespace
 
-void fully_shard(UnitModule& root, const FullyShardOptions& options) {
-  options.validate();
+void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
+  user_options.validate();
+  const FullyShardOptions options = with_default_mesh(user_options);
   const ProcessGroupPtr world = is_hybrid(options.strategy()) ? options.mesh()->world
                                                               : options.process_group();
-  detail::DiscoveredModel model = detail::discover_units(root);
+  detail::DiscoveredModel model = detail::discover_units(root, ignored_set(options));
   detail::check_same_model_on_all_ranks(*world, model);
-  if (options.sync_buffers() && world->size() > 1) broadcast_buffers(*world, model);
+  if (options.sync_module_states() && world->size() > 1) broadcast_params(*world, model);
+  if ((options.sync_buffers() || options.sync_module_states()) && world->size() > 1) {
+    broadcast_buffers(*world, model);
+  }
+  const detail::DeferredParams deferred = detail::find_deferred_params(model);
   if (const auto dtype = options.mp().buffer_dtype()) {
     at::NoGradGuard no_grad;
     for (auto& buffer : model.buffers) {
@@ -96,16 +173,58 @@ void fully_shard(UnitModule& root, const FullyShardOptions& options) {
   const detail::UnitGroups groups = groups_for(options, world);
   auto root_state =
       std::make_shared<detail::RootState>(world, options.max_inflight_all_gathers());
-  for (auto& unit : model.units) {
+  // Every per-unit choice is checked before any unit takes its parameters over.
+  std::vector<detail::UnitConfig> configs;
+  std::vector<int> group_sizes;
+  for (const auto& unit : model.units) {
+    configs.push_back(unit_config(unit, options));
+    const int k = post_forward_group_size(unit, options, configs.back(), groups.shard->size());
+    // A group of 1 keeps everything: the same as not resharding (FSDP2).
+    if (k == 1) configs.back().reshard_after_forward = false;
+    group_sizes.push_back(k == 1 ? 0 : k);
+  }
+  std::map<int, ProcessGroupPtr> post_forward_groups;
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    auto& unit = model.units[u];
+    const detail::UnitConfig& config = configs[u];
+    const int k = group_sizes[u];
+    const detail::FlatParamConfig flat = flat_config(unit, options);  // reads unit.params
     auto params = std::make_unique<detail::FlatParamGroup>(
-        std::move(unit.params), std::move(unit.param_names), groups, flat_config(unit, options),
+        std::move(unit.params), std::move(unit.param_names), groups, flat,
         &root_state->gathered_bytes());
-    auto state = std::make_shared<detail::UnitState>(unit_config(unit, options), std::move(params),
+    if (k > 0) {
+      params->set_post_forward_group(post_forward_group(post_forward_groups, *groups.shard, k),
+                                     &root_state->post_forward_bytes());
+    }
+    auto state = std::make_shared<detail::UnitState>(config, std::move(params),
                                                      root_state.get());
     root_state->add_unit(state);
     unit.module->set_unit_state(std::move(state));
   }
+  const auto all_params = root.parameters();
+  {
+    std::unordered_set<const c10::TensorImpl*> sharded;
+    for (const auto& unit : root_state->units()) {
+      for (const auto& p : unit->params().params()) sharded.insert(p.unsafeGetTensorImpl());
+    }
+    std::vector<at::Tensor> ignored;
+    for (const auto& p : all_params) {
+      if (!sharded.count(p.unsafeGetTensorImpl())) ignored.push_back(p);
+    }
+    root_state->set_ignored_params(std::move(ignored));
+  }
+  const bool ignored_deferred = std::any_of(all_params.begin(), all_params.end(),
+                                            [](const at::Tensor& p) { return is_deferred(p); });
+  if (!deferred.empty() || ignored_deferred) {
+    detail::materialize_deferred(root, *root_state, deferred, options);
+  }
   root.set_root_state(std::move(root_state));
+}
+
+void set_validate_execution_order(UnitModule& root, bool every_step) {
+  TORCH_CHECK(root.root_state(),
+              "fsdp: set_validate_execution_order needs the root module that fully_shard returned");
+  root.root_state()->set_validate_every_step(every_step);
 }
 
 void set_requires_gradient_sync(UnitModule& root, bool requires_sync) {

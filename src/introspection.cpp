@@ -64,6 +64,7 @@ std::vector<UnitInfo> unit_infos(const UnitModule& root) {
     info.sharded = !group.is_aliased();
     info.compute_dtype = group.config().compute_dtype;
     info.reduce_dtype = group.config().reduce_dtype;
+    info.post_forward_group = group.post_forward_group();
     infos.push_back(std::move(info));
   }
   return infos;
@@ -92,10 +93,16 @@ MemoryStats memory_stats(const UnitModule& root) {
   stats.peak_gathered_param_bytes = state.gathered_bytes().peak();
   stats.gathered_units = state.gathered_bytes().units();
   stats.peak_gathered_units = state.gathered_bytes().peak_units();
+  stats.post_forward_shard_bytes = state.post_forward_bytes().current();
+  stats.peak_post_forward_shard_bytes = state.post_forward_bytes().peak();
+  stats.peak_init_param_bytes = state.init_bytes().peak();
   return stats;
 }
 
-void reset_peak_memory_stats(UnitModule& root) { root_state_of(root).gathered_bytes().reset_peak(); }
+void reset_peak_memory_stats(UnitModule& root) {
+  root_state_of(root).gathered_bytes().reset_peak();
+  root_state_of(root).post_forward_bytes().reset_peak();
+}
 
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
   int64_t total = 0;

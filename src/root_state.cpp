@@ -27,6 +27,7 @@ void RootState::exit_root_forward() {
   forward_order_.swap(recording_order_);
   recording_order_.clear();
   for (size_t i = 0; i < forward_order_.size(); ++i) forward_order_[i]->set_order_position(i);
+  ++completed_forwards_;
   if (!validate_every_step_) validating_ = false;
 }
 

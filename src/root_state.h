@@ -12,6 +12,10 @@
 #include "memory_counter.h"
 #include "unit_state.h"
 
+namespace fsdp {
+class SummonFullParams;
+}
+
 namespace fsdp::detail {
 
 class RootState {
@@ -43,7 +47,10 @@ class RootState {
 
   // Validate the order of unit forwards across ranks on every step, not only
   // the first (FSDP_DEBUG=1 turns it on).
-  void set_validate_every_step(bool on) { validate_every_step_ = on; }
+  void set_validate_every_step(bool on) {
+    validate_every_step_ = on;
+    validating_ = on || completed_forwards_ == 0;
+  }
 
   // Issues prefetching gathers after `unit` gathered (see [Note: prefetch]).
   void prefetch_after(UnitState& unit, bool forward);
@@ -52,8 +59,20 @@ class RootState {
   const std::vector<UnitState*>& forward_order() const { return forward_order_; }
   int max_inflight_all_gathers() const { return max_inflight_all_gathers_; }
   int64_t completed_steps() const { return completed_steps_; }
+  // Whether units check their shards for edits between forward and backward:
+  // on the first two steps, and on every step when validating every step.
+  bool validating_params() const { return completed_steps_ < 2 || validate_every_step_; }
 
   MemoryCounter& gathered_bytes() { return gathered_bytes_; }
+  // Chunks kept by post-forward reshards to a smaller group.
+  MemoryCounter& post_forward_bytes() { return post_forward_bytes_; }
+  // Full parameter bytes materialized at once during deferred init.
+  MemoryCounter& init_bytes() { return init_bytes_; }
+  // Parameters left out of every unit (ignored_modules / ignored_params).
+  void set_ignored_params(std::vector<at::Tensor> params) { ignored_params_ = std::move(params); }
+  const std::vector<at::Tensor>& ignored_params() const { return ignored_params_; }
+  // Units currently inside a SummonFullParams guard, innermost last.
+  std::vector<const SummonFullParams*>& summon_stack() { return summon_stack_; }
 
  private:
   void validate_order(UnitState& unit, size_t position);
@@ -74,6 +93,11 @@ class RootState {
   std::vector<UnitState*> recording_order_;
   std::vector<UnitState*> forward_order_;
   MemoryCounter gathered_bytes_;
+  MemoryCounter post_forward_bytes_;
+  MemoryCounter init_bytes_;
+  std::vector<const SummonFullParams*> summon_stack_;
+  std::vector<at::Tensor> ignored_params_;
+  int64_t completed_forwards_ = 0;
 };
 
 }  // namespace fsdp::detail

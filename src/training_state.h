@@ -10,6 +10,7 @@ enum class TrainingState {
   kForward,       // inside the unit's forward
   kPreBackward,   // backward reached the unit; parameters gathered
   kPostBackward,  // the unit's backward is done; gradients being reduced
+  kSummonFullParams,  // inside fsdp::SummonFullParams: full parameters exposed
 };
 
 inline const char* to_string(TrainingState state) {
@@ -18,6 +19,7 @@ inline const char* to_string(TrainingState state) {
     case TrainingState::kForward: return "FORWARD";
     case TrainingState::kPreBackward: return "PRE_BACKWARD";
     case TrainingState::kPostBackward: return "POST_BACKWARD";
+    case TrainingState::kSummonFullParams: return "SUMMON_FULL_PARAMS";
   }
   return "?";
 }

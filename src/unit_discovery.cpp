@@ -14,12 +14,24 @@ std::string join(const std::string& prefix, const std::string& name) {
 
 const char* shown(const std::string& unit) { return unit.empty() ? "<root>" : unit.c_str(); }
 
+// [Note: ignored parameters]
+// Ignored parameters (FSDP's ignored_modules / ignored_params) are simply
+// never claimed by a unit: they keep their full data on every rank, no
+// collective touches them, and autograd accumulates their full gradients as
+// in a single process. Keeping replicas equal is the user's job (all-reduce
+// their gradients, or freeze them). Ignoring is all-or-nothing per tensor, so
+// a parameter reachable both inside and outside an ignored module is ignored.
 class Walker {
  public:
+  explicit Walker(const IgnoredSet& ignored) : ignored_(ignored) {}
   DiscoveredModel model;
 
   void visit(torch::nn::Module& module, const std::string& path, size_t owner) {
     for (const auto& param : module.named_parameters(/*recurse=*/false)) {
+      if (ignored_.params.count(param.value().unsafeGetTensorImpl())) {
+        model.ignored_param_names.push_back(join(path, param.key()));
+        continue;
+      }
       claim(param.value(), join(path, param.key()), owner);
     }
     for (const auto& buffer : module.named_buffers(/*recurse=*/false)) {
@@ -30,6 +42,12 @@ class Walker {
     }
     for (const auto& child : module.named_children()) {
       const std::string child_path = join(path, child.key());
+      if (is_ignored(*child.value())) {
+        for (const auto& p : child.value()->named_parameters()) {
+          model.ignored_param_names.push_back(join(child_path, p.key()));
+        }
+        continue;
+      }
       size_t child_owner = owner;
       if (auto* unit = dynamic_cast<UnitModule*>(child.value().get())) {
         TORCH_CHECK(!unit->is_sharded(), "fsdp: unit '", child_path,
@@ -48,6 +66,12 @@ class Walker {
   }
 
  private:
+  bool is_ignored(const torch::nn::Module& module) const {
+    if (ignored_.modules.count(&module)) return true;
+    const auto* unit = dynamic_cast<const UnitModule*>(&module);
+    return unit && ignored_.modules.count(unit->wrapped().get());
+  }
+
   void claim(const at::Tensor& param, const std::string& name, size_t owner) {
     auto* impl = param.unsafeGetTensorImpl();
     auto it = owners_.find(impl);
@@ -72,13 +96,17 @@ class Walker {
   std::unordered_map<c10::TensorImpl*, Owner> owners_;
   std::unordered_set<const c10::TensorImpl*> seen_buffers_;
   std::unordered_set<const UnitModule*> seen_units_;
+  const IgnoredSet& ignored_;
 };
 
 }  // namespace
 
-DiscoveredModel discover_units(UnitModule& root) {
+DiscoveredModel discover_units(UnitModule& root, const IgnoredSet& ignored) {
   TORCH_CHECK(!root.is_sharded(), "fsdp: this model is already sharded; call fully_shard once");
-  Walker walker;
+  TORCH_CHECK(!ignored.modules.count(&root) && !ignored.modules.count(root.wrapped().get()),
+              "fsdp: the root module is in ignored_modules; ignore its submodules instead, or "
+              "do not call fully_shard");
+  Walker walker(ignored);
   walker.add_unit(&root, "");
   walker.visit(root, "", 0);
   return std::move(walker.model);

@@ -8,6 +8,7 @@
 #include <torch/nn/module.h>
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "fsdp/sharded.h"
@@ -25,8 +26,17 @@ struct DiscoveredModel {
   std::vector<DiscoveredUnit> units;  // pre-order; units[0] is the root
   std::vector<at::Tensor> buffers;    // deduplicated
   std::vector<std::string> buffer_names;
+  std::vector<std::string> ignored_param_names;  // left to the user
 };
 
-DiscoveredModel discover_units(UnitModule& root);
+// What FullyShardOptions::ignored_modules / ignored_params exclude. An
+// ignored module's whole subtree (parameters, buffers and any units inside)
+// is skipped. See [Note: ignored parameters].
+struct IgnoredSet {
+  std::unordered_set<const torch::nn::Module*> modules;
+  std::unordered_set<const c10::TensorImpl*> params;
+};
+
+DiscoveredModel discover_units(UnitModule& root, const IgnoredSet& ignored = {});
 
 }  // namespace fsdp::detail

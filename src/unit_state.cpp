@@ -31,10 +31,16 @@ void UnitState::pre_forward(TensorRefs& inputs) {
   TORCH_CHECK(!root.in_backward(), "fsdp: forward of unit '", name,
               "' was called during backward; running forward inside backward (e.g. re-entrant "
               "activation checkpointing across units) is not supported");
+  TORCH_CHECK(state_ != TrainingState::kSummonFullParams, "fsdp: forward of unit '", name,
+              "' was called inside summon_full_params; run forward after the "
+              "fsdp::SummonFullParams guard is gone");
   TORCH_CHECK(state_ == TrainingState::kIdle, "fsdp: forward of unit '", name,
               "' was called while the unit is in state ", to_string(state_),
               "; a unit cannot run inside its own forward");
   if (config_.is_root) {
+    // Chunks kept by an earlier forward's post-forward reshard may be stale
+    // (the optimizer steps the shards); see [Note: resharding to a smaller group].
+    for (const auto& unit : root.units()) unit->params().discard_post_forward_shard();
     root.enter_root_forward();
   } else {
     TORCH_CHECK(root.root_forward_active(), "fsdp: unit '", name,
@@ -69,6 +75,13 @@ void UnitState::post_forward(TensorRefs& outputs) {
       ++pending_backwards_;
       param_versions_.clear();
       for (const auto& p : params_->params()) param_versions_.push_back(static_cast<uint32_t>(p._version()));
+      shard_checksum_ = c10::nullopt;
+      if (root_->validating_params()) {
+        shard_checksum_ = params_->shard_checksum(/*full=*/true);
+      } else if (!params_->is_aliased() && !params_->sharded_flat().is_cuda()) {
+        shard_checksum_ = params_->shard_checksum(/*full=*/false);
+      }
+      checksum_full_ = root_->validating_params();
     } else {
       // No output we can see needs a gradient, but one might hide in a type
       // we cannot walk; then backward would need the gathered parameters
@@ -84,18 +97,47 @@ void UnitState::post_forward(TensorRefs& outputs) {
   }
   state_ = TrainingState::kIdle;
   const bool reshard = !grad_enabled || (!keep_gathered && config_.reshard_after_forward);
-  if (reshard) params_->reshard();
+  if (reshard) {
+    if (grad_enabled) {
+      params_->reshard_after_forward();
+    } else {
+      params_->reshard();
+    }
+  } else if (!keep_gathered) {
+    params_->park_params_on_shards();
+  }
   if (config_.is_root) root_->exit_root_forward();
 }
 
+// [Note: optimizer step before backward]
+// Stepping the optimizer between a forward and its backward would make
+// backward use parameters that differ from the ones forward used, and for a
+// sharded unit silently mix shards of two steps. Two checks catch it.
+// In-place edits through the parameters themselves bump their version
+// counters, compared on every step. torch::optim writes through p.data(),
+// which has a counter of its own, so each unit also compares a sum of its
+// local shard taken at post-forward: the whole shard on the first two steps
+// (and on every step with FSDP_DEBUG=1), an evenly spaced sample of it on
+// other steps of sharded CPU units. CUDA units check only on validated steps,
+// since reading the sum back would stall the stream. (With nothing sharded a
+// misplaced step behaves as it does without FSDP.) Units that stay gathered
+// park their parameters on their shards between forward and backward
+// (FlatParamGroup::park_params_on_shards), so such a step reaches these
+// checks instead of failing inside the optimizer on mismatched shapes.
 void UnitState::check_params_unmodified() const {
+  const std::string step_hint =
+      " (did optimizer.step() run before backward finished?); step the optimizer only after "
+      "loss.backward() returns";
   const auto& params = params_->params();
   for (size_t i = 0; i < param_versions_.size() && i < params.size(); ++i) {
     TORCH_CHECK(static_cast<uint32_t>(params[i]._version()) == param_versions_[i],
                 "fsdp: parameter '", params_->names()[i],
-                "' was modified in place after forward and before its backward ran (did "
-                "optimizer.step() run before backward finished?); step the optimizer only after "
-                "loss.backward() returns");
+                "' was modified in place after forward and before its backward ran", step_hint);
+  }
+  if (shard_checksum_) {
+    TORCH_CHECK(params_->shard_checksum(checksum_full_) == *shard_checksum_,
+                "fsdp: the parameters of unit '", display_name(config_.name),
+                "' changed after forward and before backward", step_hint);
   }
 }
 

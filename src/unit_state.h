@@ -49,6 +49,12 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   const std::string& name() const { return config_.name; }
   bool is_root() const { return config_.is_root; }
   TrainingState state() const { return state_; }
+  // fsdp::SummonFullParams moves idle units in and out of kSummonFullParams.
+  void set_summoned(bool on) {
+    state_ = on ? TrainingState::kSummonFullParams : TrainingState::kIdle;
+  }
+  // Forward ran with grad and its backward has not finished yet.
+  bool awaiting_backward() const { return pending_backwards_ > 0 || unhooked_backward_; }
   FlatParamGroup& params() { return *params_; }
   const FlatParamGroup& params() const { return *params_; }
   RootState& root() { return *root_; }
@@ -77,6 +83,8 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   size_t order_position_ = static_cast<size_t>(-1);
   bool unhooked_backward_ = false;  // kept gathered: outputs could not be hooked
   std::vector<uint32_t> param_versions_;  // at post-forward, to catch in-place edits
+  c10::optional<double> shard_checksum_;  // at post-forward; see [Note: optimizer step before backward]
+  bool checksum_full_ = false;            // whole shard or a sample
 };
 
 }  // namespace fsdp::detail

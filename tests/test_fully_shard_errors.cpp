@@ -159,6 +159,33 @@ TEST(OptimizerBeforeBackward, HandWrittenStepThroughTheParameters) {
   }, quick());
 }
 
+// torch::optim's own step between forward and backward. The GPT case below
+// differs: its root keeps its parameters gathered from forward to backward.
+TEST(OptimizerBeforeBackward, RootWithoutParameters) {
+  run_ranks(2, [](RankContext& ctx) {
+    at::manual_seed(4);
+    UnitsOnly local;
+    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    at::Tensor x = at::randn({3, 5});
+    check_step_before_backward(ctx, model, [&] { return model->forward(x).pow(2).mean(); });
+  }, quick());
+}
+
+// The GPT's root (embeddings, final norm, tied head) keeps its parameters
+// gathered from forward to backward.
+TEST(OptimizerBeforeBackward, RootWithParameters) {
+  run_ranks(2, [](RankContext& ctx) {
+    at::manual_seed(4);
+    models::GPT local(tiny_gpt_config(true));
+    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    at::Tensor tokens = at::randint(0, 256, {2, 16});
+    check_step_before_backward(ctx, model,
+                               [&] { return models::lm_loss(model->forward(tokens), tokens); });
+  }, quick());
+}
+
+// -- a nested unit called directly --------------------------------------------
+
 TEST(NestedUnitForward, OutsideTheRootIsAnError) {
   run_ranks(2, [](RankContext& ctx) {
     at::manual_seed(4);

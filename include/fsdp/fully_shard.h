@@ -58,6 +58,12 @@ Sharded<Holder>& fully_shard(Sharded<Holder>& root, const FullyShardOptions& opt
 // model's gradients; the next synchronizing backward reduces them all.
 void set_requires_gradient_sync(UnitModule& root, bool requires_sync);
 
+// Checks on every step (not only the first) that all ranks run the units in
+// the same order, naming the first differing unit on each rank. Costs one
+// tiny all-gather per unit forward. FSDP_DEBUG=1 in the environment at
+// fully_shard time turns it on too. See [Note: execution order validation].
+void set_validate_execution_order(UnitModule& root, bool every_step);
+
 // RAII form: for (micro-batches but the last) { fsdp::NoSyncGuard g(*model); ... }
 class NoSyncGuard {
  public:

@@ -41,6 +41,9 @@ struct UnitInfo {
   bool sharded = true;       // false: nothing to gather (one rank, or NO_SHARD)
   at::ScalarType compute_dtype = at::kFloat;
   at::ScalarType reduce_dtype = at::kFloat;
+  // The k-rank group backward all-gathers run in after a post-forward
+  // reshard to a smaller group; nullptr when the unit has none.
+  ProcessGroupPtr post_forward_group;
 };
 std::vector<UnitInfo> unit_infos(const UnitModule& root);
 
@@ -54,6 +57,13 @@ struct MemoryStats {
   int64_t root_unit_bytes = 0;            // the root unit gathered
   int gathered_units = 0;                 // units gathered (or gathering) now
   int peak_gathered_units = 0;            // most at once since reset
+  // Chunks that units resharding to a smaller group keep between forward and
+  // backward (FullyShardOptions::reshard_after_forward_group_size).
+  int64_t post_forward_shard_bytes = 0;       // alive now
+  int64_t peak_post_forward_shard_bytes = 0;  // most at once since reset
+  // Deferred init: the most full parameter bytes materialized at once while
+  // fully_shard initialized deferred parameters (one module's); 0 if none.
+  int64_t peak_init_param_bytes = 0;
 };
 
 MemoryStats memory_stats(const UnitModule& root);

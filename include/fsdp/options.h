@@ -13,9 +13,15 @@
 #include <c10/util/Optional.h>
 #include <torch/arg.h>
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "fsdp/comm/process_group.h"
+
+namespace torch::nn {
+class Module;
+}
 
 namespace fsdp {
 
@@ -75,6 +81,9 @@ struct FullyShardOptions {
   /// The ranks to shard over. Default: none; fully_shard then requires one.
   TORCH_ARG(ProcessGroupPtr, process_group) = nullptr;
   /// For the hybrid strategies: the 2-D mesh (see make_hybrid_mesh).
+  /// Default: none; with only `process_group` set, fully_shard builds
+  /// make_hybrid_mesh_from_env(process_group): one shard group per node of
+  /// LOCAL_WORLD_SIZE ranks, read from the launcher's environment.
   TORCH_ARG(std::shared_ptr<DeviceMesh>, mesh) = nullptr;
   /// Default: kFullShard.
   TORCH_ARG(ShardingStrategy, strategy) = ShardingStrategy::kFullShard;
@@ -83,6 +92,17 @@ struct FullyShardOptions {
   /// parameters are needed first in backward anyway). Ignored by
   /// kShardGradOp and kNoShard.
   TORCH_ARG(c10::optional<bool>, reshard_after_forward) = c10::nullopt;
+  /// FSDP2's integer `reshard_after_forward` (ZeRO++ hpZ): after forward, a
+  /// unit that reshards keeps its parameters sharded over groups of k
+  /// consecutive ranks of its shard group instead of over the whole group, so
+  /// the backward all-gather runs within the k-group (k times more memory
+  /// between forward and backward than a full reshard). k must divide the
+  /// shard group size. k == 1 means keep the full parameters (like
+  /// `reshard_after_forward(false)`); k == the shard group size is a plain
+  /// reshard. Default: 0 (unset: follow `reshard_after_forward`). Has no
+  /// effect on units that do not reshard (the root by default). Example:
+  /// `.reshard_after_forward_group_size(ranks_per_node)`.
+  TORCH_ARG(int, reshard_after_forward_group_size) = 0;
   /// Mixed precision. Default: off (compute in the parameter dtype).
   TORCH_ARG(MixedPrecisionPolicy, mp) = MixedPrecisionPolicy();
   /// CPU offload of shards. Default: off.
@@ -95,6 +115,25 @@ struct FullyShardOptions {
   TORCH_ARG(int, max_inflight_all_gathers) = 2;
   /// Broadcast rank 0's buffers to every rank at wrap time. Default: true.
   TORCH_ARG(bool, sync_buffers) = true;
+  /// Broadcast rank 0's parameters (and buffers) to every rank at wrap time,
+  /// for users who load weights on rank 0 only. With deferred init, each
+  /// module's freshly initialized parameters are broadcast before sharding.
+  /// Default: false.
+  TORCH_ARG(bool, sync_module_states) = false;
+  /// Deferred initialization (see docs/deferred-init.md): called on each
+  /// module whose own parameters are deferred (fsdp::defer_init), in module
+  /// pre-order, after its parameters got (uninitialized) storage; it must
+  /// fill them. Default: none: Linear, Embedding, LayerNorm (and the other
+  /// LibTorch modules with reset_parameters()) reset themselves; any other
+  /// module with deferred parameters is an error.
+  /// Example: `.param_init_fn([](torch::nn::Module& m) { ... })`.
+  TORCH_ARG(std::function<void(torch::nn::Module&)>, param_init_fn) = nullptr;
+  /// Modules whose parameters (their whole subtrees) are not sharded: they
+  /// stay full on every rank and out of FSDP's collectives; the user keeps
+  /// them in sync (e.g. all-reduces their gradients). Default: none.
+  TORCH_ARG(std::vector<std::shared_ptr<torch::nn::Module>>, ignored_modules) = {};
+  /// Single parameters treated like ignored modules. Default: none.
+  TORCH_ARG(std::vector<at::Tensor>, ignored_params) = {};
 
  public:
   // Throws c10::Error naming the bad field, its value and the fix.

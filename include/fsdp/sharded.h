@@ -42,7 +42,8 @@ class UnitModule : public torch::nn::Module {
   // The wrapped module.
   const std::shared_ptr<torch::nn::Module>& wrapped() const { return inner_; }
   // Per-unit overrides of the root's options, read by fully_shard. Only the
-  // per-unit fields (reshard_after_forward, mp, prefetch) are taken from it.
+  // per-unit fields (reshard_after_forward, reshard_after_forward_group_size,
+  // mp, prefetch) are taken from it.
   void set_unit_options(FullyShardOptions options) { unit_options_ = std::move(options); }
   const c10::optional<FullyShardOptions>& unit_options() const { return unit_options_; }
 

@@ -42,7 +42,10 @@ struct GroupOptions {
   CommBackend backend = CommBackend::kGloo;
   // Shown in error messages, e.g. "world" or "shard[0]".
   std::string name = "world";
-  // The interface Gloo binds to.
+  // The local address Gloo binds to and peers connect to. The default suits
+  // one host; init_process_group_from_env() replaces the default with the
+  // address this host reaches MASTER_ADDR from (or GLOO_SOCKET_IFNAME's), so
+  // jobs across hosts work unchanged. Example: .hostname = "10.0.0.5".
   std::string hostname = "127.0.0.1";
   // Gloo rings: the size of one pipelined message. Each ring step is split
   // into segments of about this size (at most 16), so reducing one segment
@@ -107,7 +110,10 @@ ProcessGroupPtr make_process_group(const c10::intrusive_ptr<c10d::Store>& store,
                                    int size, GroupOptions options = {});
 
 // A group from the launcher's environment (see launch_env.h): a TCPStore on
-// MASTER_ADDR:MASTER_PORT, served by rank 0.
+// MASTER_ADDR:MASTER_PORT, served by rank 0. Unless options.hostname was
+// changed, Gloo binds to GLOO_SOCKET_IFNAME's IPv4 address if that is set,
+// else to 127.0.0.1 when MASTER_ADDR is loopback, else to the local address
+// of the route to MASTER_ADDR.
 ProcessGroupPtr init_process_group_from_env(GroupOptions options = {});
 
 // A 2-D mesh for hybrid sharding: ranks are laid out as replicate x shard,
@@ -119,6 +125,10 @@ struct DeviceMesh {
   ProcessGroupPtr replicate;  // the ranks holding the same shard index
 };
 DeviceMesh make_hybrid_mesh(const ProcessGroupPtr& world, int shard_size);
+// The mesh with one shard group per node: shard_size = LOCAL_WORLD_SIZE (or
+// the mpirun / srun equivalent) read by read_launch_env(). Throws if the
+// launcher environment is missing or disagrees with `world`'s size.
+DeviceMesh make_hybrid_mesh_from_env(const ProcessGroupPtr& world);
 
 // Helpers built on the collectives, for small control-plane exchanges
 // (fingerprints, execution orders, save results). Blocking.

@@ -13,6 +13,7 @@ constexpr fsdp::bench::SuiteRegistrar kSuites[] = {
     fsdp::bench::register_overhead_suite,
     fsdp::bench::register_train_suite,
     fsdp::bench::register_memory_suite,
+    fsdp::bench::register_checkpoint_suite,
 };
 
 }  // namespace

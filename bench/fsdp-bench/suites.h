@@ -21,5 +21,7 @@ void register_train_suite(CLI::App& app);
 // `fsdp-bench memory`: per-rank sharded bytes and peak gathered bytes.
 void register_memory_suite(CLI::App& app);
 
+// `fsdp-bench checkpoint`: sharded save and load MB/s vs raw disk writes.
+void register_checkpoint_suite(CLI::App& app);
 
 }  // namespace fsdp::bench

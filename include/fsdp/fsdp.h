@@ -7,14 +7,22 @@
 //   fsdp/sharded.h             fsdp::Sharded<M>: marks a unit in a model
 //   fsdp/fully_shard.h         fully_shard(), no_sync
 //   fsdp/clip_grad.h           clip_grad_norm_ across shards
+//   fsdp/summon_full_params.h  full parameters outside training (scoped guard)
+//   fsdp/deferred_init.h       defer_init: models too big for one rank
 //   fsdp/introspection.h       shard placement and memory accounting
 //   fsdp/shard_layout.h        the flat shard arithmetic
+//   fsdp/state_dict.h          full and sharded model state dicts, loading
+//   fsdp/optim_state_dict.h    optimizer state dicts by parameter name
 
 #include "fsdp/clip_grad.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
+#include "fsdp/deferred_init.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/introspection.h"
 #include "fsdp/options.h"
 #include "fsdp/shard_layout.h"
+#include "fsdp/optim_state_dict.h"
 #include "fsdp/sharded.h"
+#include "fsdp/summon_full_params.h"
+#include "fsdp/state_dict.h"

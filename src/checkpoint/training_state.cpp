@@ -2,96 +2,27 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
-#include <torch/optim/sgd.h>
 
 #include <map>
 
-#include "compat.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/strict_check.h"
 #include "fsdp/comm/process_group.h"
 #include "fsdp/introspection.h"
 #include "root_state.h"
+#include "state_dict/optimizer_fields.h"
 
 namespace fsdp::ckpt {
 namespace {
-
-// One optimizer state tensor of a parameter: stored sharded like it.
-struct StateField {
-  std::string field;
-  at::Tensor tensor;
-};
 
 std::string state_name(const std::string& param, const std::string& field) {
   return "optim/" + param + "/" + field;
 }
 
-// The sharded state tensors and the step count of `param`, if the
-// optimizer has state for it. Supports the optimizers LibTorch ships that
-// keep per-parameter tensors: Adam, AdamW, SGD (momentum).
-bool optimizer_state_of(const torch::optim::Optimizer& optimizer, const at::Tensor& param,
-                        std::vector<StateField>* fields, int64_t* step) {
-  const auto& state = optimizer.state();
-  auto it = state.find(compat::optimizer_state_key(state, param));
-  if (it == state.end()) return false;
-  const auto* base = it->second.get();
-  if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(base)) {
-    *fields = {{"exp_avg", s->exp_avg()}, {"exp_avg_sq", s->exp_avg_sq()}};
-    if (s->max_exp_avg_sq().defined()) fields->push_back({"max_exp_avg_sq", s->max_exp_avg_sq()});
-    *step = s->step();
-  } else if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(base)) {
-    *fields = {{"exp_avg", s->exp_avg()}, {"exp_avg_sq", s->exp_avg_sq()}};
-    if (s->max_exp_avg_sq().defined()) fields->push_back({"max_exp_avg_sq", s->max_exp_avg_sq()});
-    *step = s->step();
-  } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(base)) {
-    *fields = {{"momentum_buffer", s->momentum_buffer()}};
-    *step = -1;
-  } else {
-    TORCH_CHECK(false, "fsdp: cannot checkpoint the state of this optimizer; supported are "
-                       "torch::optim::Adam, AdamW and SGD");
-  }
-  return true;
-}
-
 TensorPiece piece_of(const std::string& name, const ParamShard& shard, const at::Tensor& data) {
   return TensorPiece{name, shard.full_shape, data.scalar_type(), shard.flat_begin,
                      data.detach().reshape(-1)};
-}
-
-// Writes `state` fields into a fresh optimizer state object for `param`.
-void install_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
-                             std::map<std::string, at::Tensor>& fields, int64_t step) {
-  auto& state = optimizer.state();
-  const auto key = compat::optimizer_state_key(state, param);
-  auto take = [&fields](const char* field) {
-    auto it = fields.find(field);
-    return it == fields.end() ? at::Tensor() : it->second;
-  };
-  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
-    s->step(step);
-    s->exp_avg(take("exp_avg"));
-    s->exp_avg_sq(take("exp_avg_sq"));
-    if (take("max_exp_avg_sq").defined()) s->max_exp_avg_sq(take("max_exp_avg_sq"));
-    state[key] = std::move(s);
-  } else if (dynamic_cast<torch::optim::Adam*>(&optimizer)) {
-    auto s = std::make_unique<torch::optim::AdamParamState>();
-    s->step(step);
-    s->exp_avg(take("exp_avg"));
-    s->exp_avg_sq(take("exp_avg_sq"));
-    if (take("max_exp_avg_sq").defined()) s->max_exp_avg_sq(take("max_exp_avg_sq"));
-    state[key] = std::move(s);
-  } else if (dynamic_cast<torch::optim::SGD*>(&optimizer)) {
-    auto s = std::make_unique<torch::optim::SGDParamState>();
-    s->momentum_buffer(take("momentum_buffer"));
-    state[key] = std::move(s);
-  } else {
-    TORCH_CHECK(false, "fsdp: cannot load optimizer state into this optimizer; supported are "
-                       "torch::optim::Adam, AdamW and SGD");
-  }
 }
 
 }  // namespace
@@ -107,13 +38,14 @@ std::vector<TensorPiece> training_state_pieces(const UnitModule& root,
     if (!shard.primary) continue;
     pieces.push_back(piece_of(shard.name, shard, shard.param));
     if (!optimizer) continue;
-    std::vector<StateField> fields;
-    int64_t step = 0;
-    if (!optimizer_state_of(*optimizer, shard.param, &fields, &step)) continue;
-    for (const auto& f : fields) pieces.push_back(piece_of(state_name(shard.name, f.field), shard, f.tensor));
-    if (step >= 0 && rank0) {
+    detail::OptimizerFields fields;
+    if (!detail::read_optimizer_state(*optimizer, shard.param, &fields)) continue;
+    for (const auto& f : fields.tensors) {
+      pieces.push_back(piece_of(state_name(shard.name, f.first), shard, f.second));
+    }
+    if (fields.step >= 0 && rank0) {
       pieces.push_back(TensorPiece{state_name(shard.name, "step"), {}, at::kLong, 0,
-                                   at::full({1}, step, at::kLong)});
+                                   at::full({1}, fields.step, at::kLong)});
     }
   }
   if (rank0) {
@@ -186,7 +118,7 @@ LoadResult load_training_state(ProcessGroup& group, const std::string& dir, Unit
   if (optimizer) {
     for (const auto& shard : shards) {
       std::map<std::string, at::Tensor> fields;
-      for (const char* field : {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}) {
+      for (const auto& field : detail::optimizer_tensor_fields()) {
         const std::string name = state_name(shard.name, field);
         if (!reader->contains(name)) continue;
         fields[field] = reader->read(name, shard.flat_begin, shard.numel)
@@ -196,7 +128,7 @@ LoadResult load_training_state(ProcessGroup& group, const std::string& dir, Unit
       if (fields.empty()) continue;
       const std::string step_name = state_name(shard.name, "step");
       const int64_t step = reader->contains(step_name) ? reader->read_full(step_name).item<int64_t>() : 0;
-      install_optimizer_state(*optimizer, shard.param, fields, step);
+      detail::install_optimizer_state(*optimizer, shard.param, fields, step);
     }
   }
   return LoadResult{reader->step(), reader->extras(), reader->saved_world_size()};

@@ -1,0 +1,220 @@
+// fsdp-bench checkpoint: save and load throughput of a sharded checkpoint
+// (fsdp::ckpt::save_training_state / load_training_state) on N in-process
+// ranks, next to the disk's raw sequential write speed measured in the same
+// run on the same filesystem (one file of the model's size, written in 8 MiB
+// chunks and fsynced).
+//
+// Throughput counts the model's bytes: aggregate = model bytes / slowest
+// rank's time; per rank = (model bytes / N) / that time. Each save is
+// complete and durable when timed (the library fsyncs every file and the
+// index). Before each load the checkpoint's pages are dropped from the page
+// cache (posix_fadvise DONTNEED after fsync), so loads read from the disk
+// where the kernel honours it; a warm load is reported too.
+//
+//   fsdp-bench checkpoint [--world-size 2] [--d-model 1024 --n-layer 5] [--reps 3] [--json]
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "bench_util.h"
+#include "fsdp/checkpoint/training_state.h"
+#include "fsdp/fsdp.h"
+#include "fsdp/models/gpt.h"
+#include "local_ranks.h"
+#include "suites.h"
+
+namespace fsdp::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CheckpointConfig {
+  int world_size = 2;
+  int64_t d_model = 1024;  // 5 layers of d1024: about 63 M parameters, 253 MB fp32
+  int64_t n_layer = 5;
+  int64_t n_head = 8;
+  int reps = 3;
+  bool json = false;
+};
+
+models::GPTConfig gpt_config(const CheckpointConfig& c) {
+  models::GPTConfig g;
+  g.d_model = c.d_model;
+  g.n_layer = c.n_layer;
+  g.n_head = c.n_head;
+  g.context = 128;
+  g.shard_blocks = true;
+  return g;
+}
+
+// Raw sequential write of `bytes` to a new file in `dir`, fsynced: ms.
+double disk_write_ms(const fs::path& dir, int64_t bytes) {
+  const fs::path path = dir / "raw_write.bin";
+  const int64_t chunk = int64_t{8} << 20;
+  std::vector<char> buffer(static_cast<size_t>(chunk), 'x');
+  const auto start = std::chrono::steady_clock::now();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  TORCH_CHECK(fd >= 0, "fsdp-bench checkpoint: cannot create ", path, ": ", std::strerror(errno));
+  for (int64_t done = 0; done < bytes;) {
+    const ssize_t n = ::write(fd, buffer.data(), static_cast<size_t>(std::min(chunk, bytes - done)));
+    TORCH_CHECK(n > 0, "fsdp-bench checkpoint: writing ", path, " failed: ", std::strerror(errno));
+    done += n;
+  }
+  TORCH_CHECK(::fsync(fd) == 0, "fsdp-bench checkpoint: fsync ", path, ": ", std::strerror(errno));
+  ::close(fd);
+  const double ms = elapsed_ms(start);
+  fs::remove(path);
+  return ms;
+}
+
+// Asks the kernel to drop the (clean, fsynced) pages of every file under `dir`.
+void drop_page_cache(const fs::path& dir) {
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+struct Timings {
+  std::vector<double> save_ms, cold_load_ms, warm_load_ms;  // slowest rank, per repetition
+};
+
+int run_checkpoint(const CheckpointConfig& c) {
+  TORCH_CHECK(c.world_size >= 1, "--world-size must be >= 1, got ", c.world_size);
+  TORCH_CHECK(c.reps >= 1, "--reps must be >= 1, got ", c.reps);
+  const auto g = gpt_config(c);
+  g.validate();
+  const int64_t model_bytes = g.num_params() * static_cast<int64_t>(sizeof(float));
+  const char* tmp = std::getenv("TMPDIR");
+  const fs::path dir = fs::path(tmp && *tmp ? tmp : "/tmp") /
+                       ("fsdp_bench_ckpt_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::FILE* info = c.json ? stderr : stdout;
+  std::fprintf(info,
+               "fsdp-bench checkpoint: GPT d%lld/%lld layers (%lld params, %.1f MB fp32), model "
+               "only, %d ranks as threads, %d repetitions after one warm-up, in %s\nmachine: %s\n\n",
+               static_cast<long long>(c.d_model), static_cast<long long>(c.n_layer),
+               static_cast<long long>(g.num_params()), model_bytes / 1e6, c.world_size, c.reps,
+               dir.c_str(), machine_line("gloo").c_str());
+
+  Timings t;
+  std::vector<double> disk_ms;
+  const std::string ckpt = (dir / "ckpt").string();
+  try {
+    std::vector<std::vector<double>> save_ms(c.world_size), cold_ms(c.world_size), warm_ms(c.world_size);
+    run_local_ranks(c.world_size, [&](int rank, ProcessGroupPtr group) {
+      at::set_num_threads(threads_per_rank(c.world_size));
+      at::manual_seed(0);
+      models::GPT local(g);
+      auto model = fully_shard(local, FullyShardOptions().process_group(group));
+      ckpt::SaveOptions options;
+      options.overwrite = true;
+      for (int rep = 0; rep <= c.reps; ++rep) {  // rep 0 is the warm-up
+        group->barrier()->wait();
+        auto start = std::chrono::steady_clock::now();
+        ckpt::save_training_state(*group, ckpt, *model, nullptr, options);
+        const double save = elapsed_ms(start);
+        group->barrier()->wait();
+        if (rank == 0) drop_page_cache(ckpt);
+        group->barrier()->wait();
+        start = std::chrono::steady_clock::now();
+        ckpt::load_training_state(*group, ckpt, *model, nullptr);
+        const double cold = elapsed_ms(start);
+        group->barrier()->wait();
+        start = std::chrono::steady_clock::now();
+        ckpt::load_training_state(*group, ckpt, *model, nullptr);
+        const double warm = elapsed_ms(start);
+        if (rep == 0) continue;
+        save_ms[rank].push_back(save);
+        cold_ms[rank].push_back(cold);
+        warm_ms[rank].push_back(warm);
+      }
+    });
+    for (int rep = 0; rep < c.reps; ++rep) {
+      double s = 0, cl = 0, w = 0;
+      for (int r = 0; r < c.world_size; ++r) {
+        s = std::max(s, save_ms[r][rep]);
+        cl = std::max(cl, cold_ms[r][rep]);
+        w = std::max(w, warm_ms[r][rep]);
+      }
+      t.save_ms.push_back(s);
+      t.cold_load_ms.push_back(cl);
+      t.warm_load_ms.push_back(w);
+    }
+    for (int rep = 0; rep < c.reps; ++rep) disk_ms.push_back(disk_write_ms(dir, model_bytes));
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+    throw;
+  }
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+
+  const Stats save = summarize(t.save_ms), cold = summarize(t.cold_load_ms),
+              warm = summarize(t.warm_load_ms), disk = summarize(disk_ms);
+  auto mbps = [&](double ms) { return ms > 0 ? model_bytes / 1e6 / (ms / 1e3) : 0.0; };
+  const int n = c.world_size;
+  if (c.json) {
+    print_json_line({{"suite", "checkpoint"},
+                     {"world_size", n},
+                     {"model_bytes", model_bytes},
+                     {"reps", c.reps},
+                     {"save_MBps_per_rank", mbps(save.median_ms) / n},
+                     {"save_MBps", mbps(save.median_ms)},
+                     {"load_MBps_per_rank", mbps(cold.median_ms) / n},
+                     {"load_MBps", mbps(cold.median_ms)},
+                     {"warm_load_MBps", mbps(warm.median_ms)},
+                     {"disk_write_MBps", mbps(disk.median_ms)},
+                     {"save_ms_min", save.min_ms},
+                     {"save_ms_median", save.median_ms},
+                     {"load_ms_min", cold.min_ms},
+                     {"load_ms_median", cold.median_ms},
+                     {"disk_write_ms_median", disk.median_ms}});
+    return 0;
+  }
+  Table table({"operation", "min ms", "median ms", "MB/s per rank", "MB/s aggregate", "/ disk write"});
+  auto row = [&](const char* name, const Stats& s, bool per_rank) {
+    table.add_row({name, fmt::format("{:.0f}", s.min_ms), fmt::format("{:.0f}", s.median_ms),
+                   per_rank ? fmt::format("{:.0f}", mbps(s.median_ms) / n) : "-",
+                   fmt::format("{:.0f}", mbps(s.median_ms)),
+                   fmt::format("{:.2f}", mbps(s.median_ms) / mbps(disk.median_ms))});
+  };
+  row("save (write + fsync + commit)", save, true);
+  row("load (page cache dropped)", cold, true);
+  row("load (warm page cache)", warm, true);
+  row("raw write + fsync, one file", disk, false);
+  table.print();
+  std::printf("\nthroughput counts the %.1f MB of parameters; medians of %d repetitions\n",
+              model_bytes / 1e6, c.reps);
+  return 0;
+}
+
+}  // namespace
+
+void register_checkpoint_suite(CLI::App& app) {
+  auto config = std::make_shared<CheckpointConfig>();
+  CLI::App* sub = app.add_subcommand(
+      "checkpoint", "sharded checkpoint save and load throughput vs the disk's raw write speed");
+  sub->add_option("--world-size,-n", config->world_size, "ranks (threads)")->capture_default_str();
+  sub->add_option("--d-model", config->d_model, "GPT width")->capture_default_str();
+  sub->add_option("--n-layer", config->n_layer, "GPT blocks (one unit each)")->capture_default_str();
+  sub->add_option("--n-head", config->n_head, "attention heads")->capture_default_str();
+  sub->add_option("--reps", config->reps, "timed repetitions after one warm-up")->capture_default_str();
+  sub->add_flag("--json", config->json, "one JSON object instead of a table");
+  sub->callback([config] {
+    const int rc = run_checkpoint(*config);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace fsdp::bench

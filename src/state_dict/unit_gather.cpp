@@ -1,0 +1,94 @@
+#include "state_dict/unit_gather.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <sstream>
+
+namespace fsdp::detail {
+
+RootState& idle_root_state(const UnitModule& root, const char* api) {
+  TORCH_CHECK(root.root_state(), "fsdp: ", api, " needs the root module that fully_shard returned; ",
+              "this module is ", root.is_sharded() ? "a nested unit" : "not sharded");
+  RootState& state = *root.root_state();
+  for (const auto& unit : state.units()) {
+    const auto& group = unit->params();
+    TORCH_CHECK(group.is_aliased() || (!group.is_gathered() && !group.is_in_flight()),
+                "fsdp: ", api, " was called while unit '", unit->name(),
+                "' holds gathered parameters (inside forward or backward); call it between "
+                "training steps");
+  }
+  return state;
+}
+
+void GatherAccounting::update_peak() {
+  StateDictStats& s = stats_ ? *stats_ : local_;
+  s.peak_extra_bytes = std::max(s.peak_extra_bytes, alive_);
+}
+
+void GatherAccounting::buffer_alive(int64_t bytes) {
+  StateDictStats& s = stats_ ? *stats_ : local_;
+  alive_ += bytes;
+  s.largest_gather_bytes = std::max(s.largest_gather_bytes, bytes);
+  ++s.units_gathered;
+  update_peak();
+}
+
+void GatherAccounting::buffer_freed(int64_t bytes) { alive_ -= bytes; }
+
+void GatherAccounting::output_kept(int64_t bytes) {
+  StateDictStats& s = stats_ ? *stats_ : local_;
+  alive_ += bytes;
+  s.output_bytes += bytes;
+  update_peak();
+}
+
+at::Device comm_device(const ProcessGroup& group) {
+  return group.options().backend == CommBackend::kNccl ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+}
+
+at::Tensor gather_unit_flat(const FlatParamGroup& group, const at::Tensor& local,
+                            GatherAccounting& accounting) {
+  const auto& layout = group.layout();
+  TORCH_INTERNAL_ASSERT(local.dim() == 1 && local.numel() == layout.shard_numel(),
+                        "gather_unit_flat: local has ", local.numel(), " elements, the shard ",
+                        layout.shard_numel());
+  ProcessGroup& shard_group = *group.groups().shard;
+  const at::Device device = comm_device(shard_group);
+  at::Tensor input = local.to(device).contiguous();
+  at::Tensor output = at::empty({layout.padded_numel()}, input.options());
+  accounting.buffer_alive(tensor_bytes(output));
+  shard_group.all_gather(output, input)->wait();
+  return output;
+}
+
+at::Tensor keep_copy(const at::Tensor& value, bool to_cpu, GatherAccounting& accounting) {
+  at::Tensor copy = to_cpu ? value.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                           : value.clone(at::MemoryFormat::Contiguous);
+  accounting.output_kept(tensor_bytes(copy));
+  return copy;
+}
+
+std::string from_rank0(ProcessGroup& world, const std::string& mine) {
+  if (world.size() == 1) return mine;
+  return all_gather_strings(world, world.rank() == 0 ? mine : std::string()).front();
+}
+
+std::string load_problems(const char* api, const LoadStateDictResult& result) {
+  const size_t count = result.missing.size() + result.unexpected.size() + result.mismatched.size();
+  if (count == 0) return "";
+  std::ostringstream out;
+  out << "fsdp: " << api << " (strict) found " << count << " problem(s):";
+  auto list = [&out](const char* what, const std::vector<std::string>& names) {
+    if (names.empty()) return;
+    out << "\n  " << what << " (" << names.size() << "):";
+    for (const auto& name : names) out << "\n    " << name;
+  };
+  list("missing from the state dict", result.missing);
+  list("unexpected (not in the model)", result.unexpected);
+  list("shape mismatch", result.mismatched);
+  out << "\nPass LoadStateDictOptions().strict(false) to load the tensors that match.";
+  return out.str();
+}
+
+}  // namespace fsdp::detail

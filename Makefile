@@ -25,7 +25,7 @@ test: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory build
-	@scripts/demo.sh
+	@BUILD_DIR=$(BUILD_DIR) scripts/demo.sh
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp')

@@ -1,0 +1,530 @@
+// fsdp-train, tested as a real program (build/bin/fsdp-train): alone and on
+// several ranks (tests/harness/multiprocess.h), with tiny models so each case
+// takes seconds. Also unit tests of its pure parts (the batch sampler and the
+// learning-rate schedule), compiled in from tools/fsdp-train/.
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "corpus.h"
+#include "fsdp/checkpoint/reader.h"
+#include "harness/multiprocess.h"
+#include "lr_schedule.h"
+#include "train_options.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using fsdp::testing::ProcessResult;
+using fsdp::testing::run_processes;
+
+const std::string kTrainer = FSDP_BIN_DIR "/fsdp-train";
+// Upper bounds on runs that should end long before them; never a speed test.
+constexpr auto kRunLimit = 180s;
+
+// A model small enough that a step takes milliseconds, on the default corpus.
+std::vector<std::string> tiny(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--layers", "2",          "--width", "32",
+                                   "--heads",  "2",          "--context", "32",
+                                   "--batch",  "8",          "--eval-batches", "1",
+                                   "--warmup", "2",          "--lr", "1e-2"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/fsdp_trainer_XXXXXX";
+    const char* made = ::mkdtemp(pattern);
+    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = made;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs fsdp-train with no launcher environment (one rank, standalone).
+ProcessResult run_alone(const std::vector<std::string>& args) {
+  // Everything the child needs is built before fork(): it only execs.
+  std::vector<std::string> strings{kTrainer};
+  strings.insert(strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    const bool launcher = name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" ||
+                          name == "LOCAL_WORLD_SIZE" || name == "OMPI_COMM_WORLD_RANK" ||
+                          name == "SLURM_PROCID" || name == "OMP_NUM_THREADS";
+    if (!launcher) env_strings.push_back(entry);
+  }
+  env_strings.push_back("OMP_NUM_THREADS=1");  // as run_ranks: no oversubscribed cores
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::execve(kTrainer.c_str(), argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  ProcessResult result{0, 0, 0, ""};
+  const auto deadline = std::chrono::steady_clock::now() + kRunLimit;
+  char buffer[4096];
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(pid, SIGKILL);
+      result.output += "\n[test: killed after the time limit]\n";
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000))) <= 0) continue;
+    const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
+    if (n <= 0) break;
+    result.output.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  } else {
+    result.exit_code = -1;
+    result.term_signal = WTERMSIG(status);
+  }
+  return result;
+}
+
+std::vector<ProcessResult> run_ranks(const std::vector<std::string>& args, int world_size) {
+  return run_processes(kTrainer, args, world_size, kRunLimit, {{"OMP_NUM_THREADS", "1"}});
+}
+
+std::string describe(const std::vector<ProcessResult>& results) {
+  std::ostringstream out;
+  for (const auto& r : results) {
+    out << "--- rank " << r.rank << ": exit " << r.exit_code << " signal " << r.term_signal
+        << "\n" << r.output << "\n";
+  }
+  return out.str();
+}
+
+void expect_all_ok(const std::vector<ProcessResult>& results) {
+  for (const auto& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << describe(results);
+  }
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& run_dir) {
+  std::ifstream in(fs::path(run_dir) / "metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The metrics of `steps` (1-based step numbers), keyed by step.
+std::map<int64_t, nlohmann::json> by_step(const std::vector<nlohmann::json>& lines) {
+  std::map<int64_t, nlohmann::json> out;
+  for (const auto& j : lines) out[j.at("step").get<int64_t>()] = j;
+  return out;
+}
+
+void expect_close(double a, double b, double rel, const std::string& what) {
+  EXPECT_LE(std::fabs(a - b), rel * std::max(std::fabs(a), std::fabs(b)))
+      << what << ": " << a << " vs " << b;
+}
+
+// ---------------------------------------------------------------------------
+// Pure parts.
+
+fsdp_train::ByteCorpus small_corpus() {
+  fsdp_train::ByteCorpus corpus;
+  for (int i = 0; i < 900; ++i) corpus.train.push_back(static_cast<uint8_t>('a' + i % 26));
+  for (int i = 0; i < 100; ++i) corpus.val.push_back(static_cast<uint8_t>('A' + i % 26));
+  return corpus;
+}
+
+TEST(TrainerSampler, RankSlicesAndMicroBatchesRebuildTheGlobalBatch) {
+  const auto corpus = small_corpus();
+  fsdp_train::BatchSampler sampler(corpus, 16, 7);
+  const auto whole = sampler.rows(fsdp_train::Split::kTrain, 5, 0, 8);
+  // 2 ranks x 2 micro-batches of 2 rows each, concatenated in rank order.
+  std::vector<at::Tensor> parts;
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int m = 0; m < 2; ++m) parts.push_back(sampler.rows(fsdp_train::Split::kTrain, 5, rank * 4 + m * 2, 2).inputs);
+  }
+  EXPECT_TRUE(at::equal(at::cat(parts), whole.inputs));
+  EXPECT_TRUE(at::equal(whole.inputs.narrow(1, 1, 15), whole.targets.narrow(1, 0, 15)));
+  EXPECT_EQ(whole.inputs.sizes(), (std::vector<int64_t>{8, 16}));
+}
+
+TEST(TrainerSampler, DependsOnSeedStepAndSplitOnly) {
+  const auto corpus = small_corpus();
+  fsdp_train::BatchSampler a(corpus, 16, 7), b(corpus, 16, 7), other_seed(corpus, 16, 8);
+  EXPECT_TRUE(at::equal(a.rows(fsdp_train::Split::kTrain, 3, 0, 8).inputs,
+                        b.rows(fsdp_train::Split::kTrain, 3, 0, 8).inputs));
+  EXPECT_FALSE(at::equal(a.rows(fsdp_train::Split::kTrain, 3, 0, 8).inputs,
+                         a.rows(fsdp_train::Split::kTrain, 4, 0, 8).inputs));
+  EXPECT_FALSE(at::equal(a.rows(fsdp_train::Split::kTrain, 3, 0, 8).inputs,
+                         other_seed.rows(fsdp_train::Split::kTrain, 3, 0, 8).inputs));
+  // Validation windows come from the validation bytes (upper case here).
+  const auto val = a.rows(fsdp_train::Split::kVal, 0, 0, 8);
+  EXPECT_TRUE((val.inputs >= 'A').all().item<bool>() && (val.inputs <= 'Z').all().item<bool>());
+  // Every window stays inside its split.
+  for (int64_t row = 0; row < 1000; ++row) {
+    const int64_t start = a.window_start(fsdp_train::Split::kVal, 1, row);
+    EXPECT_GE(start, 0);
+    EXPECT_LE(start + 16, 99);
+  }
+}
+
+TEST(TrainerSchedule, WarmsUpThenDecaysToMinLr) {
+  const fsdp_train::LrSchedule s{1e-2, 1e-3, 10, 110};
+  EXPECT_DOUBLE_EQ(s.at(1), 1e-3);
+  EXPECT_DOUBLE_EQ(s.at(10), 1e-2);
+  EXPECT_NEAR(s.at(60), (1e-2 + 1e-3) / 2, 1e-12);  // half-way down the cosine
+  EXPECT_DOUBLE_EQ(s.at(110), 1e-3);
+  for (int64_t step = 11; step < 110; ++step) EXPECT_LT(s.at(step + 1), s.at(step));
+}
+
+TEST(TrainerOptions, BatchSplitFollowsWorldSizeMicroBatchAndAccumulation) {
+  fsdp_train::TrainOptions o;
+  o.batch = 32;
+  fsdp_train::BatchLayout layout;
+  ASSERT_TRUE(fsdp_train::check_options(o, 2, &layout).empty());
+  EXPECT_EQ(layout.per_rank, 16);
+  EXPECT_EQ(layout.micro_batch, 16);
+  EXPECT_EQ(layout.grad_accum, 1);
+  o.micro_batch = 4;
+  ASSERT_TRUE(fsdp_train::check_options(o, 2, &layout).empty());
+  EXPECT_EQ(layout.grad_accum, 4);
+  o.micro_batch = 0;
+  o.grad_accum = 8;
+  ASSERT_TRUE(fsdp_train::check_options(o, 4, &layout).empty());
+  EXPECT_EQ(layout.micro_batch, 1);
+  o.grad_accum = 3;
+  const auto errors = fsdp_train::check_options(o, 2, &layout);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("--grad-accum 3 does not divide the per-rank batch 16"), std::string::npos)
+      << errors[0];
+}
+
+// ---------------------------------------------------------------------------
+// The program.
+
+TEST(Trainer, StandaloneRunLearnsAndWritesItsOutputs) {
+  TempDir tmp;
+  const std::string run_dir = tmp / "run";
+  const auto r = run_alone(tiny({"--steps", "60", "--eval-every", "30", "--sample-bytes", "48",
+                                 "--run-dir", run_dir}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const auto lines = read_metrics(run_dir);
+  ASSERT_EQ(lines.size(), 60u) << r.output;
+  for (const char* key : {"step", "loss", "lr", "tokens_per_s", "grad_norm", "ms",
+                          "sharded_param_bytes", "peak_gathered_param_bytes"}) {
+    EXPECT_TRUE(lines.back().contains(key)) << key << " missing in " << lines.back().dump();
+  }
+  EXPECT_EQ(lines.front().at("step"), 1);
+  // A fresh byte model predicts about uniformly: ln 256 = 5.55 nats/byte.
+  const double first = lines.front().at("loss").get<double>();
+  EXPECT_NEAR(first, std::log(256.0), 0.3);
+  double last5 = 0;
+  for (size_t i = lines.size() - 5; i < lines.size(); ++i) last5 += lines[i].at("loss").get<double>() / 5;
+  EXPECT_LT(last5, first - 1.5) << "the loss did not fall: " << first << " -> " << last5;
+  EXPECT_TRUE(lines[29].contains("val_loss"));
+  EXPECT_TRUE(lines[59].contains("val_loss"));
+  EXPECT_FALSE(lines[30].contains("val_loss"));
+  EXPECT_EQ(lines.back().at("sharded_param_bytes").size(), 1u);
+
+  const std::string png = read_text(run_dir + "/plot.png");
+  ASSERT_GT(png.size(), 8u) << r.output;
+  EXPECT_EQ(png.substr(0, 4), "\x89PNG");
+  EXPECT_TRUE(fs::exists(run_dir + "/checkpoint/index.json")) << r.output;
+  EXPECT_TRUE(fs::exists(run_dir + "/config.json"));
+  const std::string sample = read_text(run_dir + "/sample.txt");
+  EXPECT_EQ(sample.size(), std::string("The ").size() + 48);
+
+  EXPECT_NE(r.output.find("Sample (48 bytes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("plot        " + run_dir + "/plot.png"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("metrics     " + run_dir + "/metrics.jsonl"), std::string::npos);
+  EXPECT_NE(r.output.find("checkpoint  " + run_dir + "/checkpoint"), std::string::npos);
+  EXPECT_NE(r.output.find("ranks     1 (standalone)"), std::string::npos) << r.output;
+}
+
+TEST(Trainer, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
+  TempDir tmp;
+  const auto common = tiny({"--steps", "5", "--eval-every", "0", "--sample-bytes", "0"});
+  const auto one = run_alone(concat(common, {"--run-dir", tmp / "one"}));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto two = run_ranks(concat(common, {"--run-dir", tmp / "two"}), 2);
+  expect_all_ok(two);
+  // Two ranks, each accumulating two micro-batches without sync in between.
+  const auto accum = run_ranks(concat(common, {"--run-dir", tmp / "accum", "--micro-batch", "2"}), 2);
+  expect_all_ok(accum);
+  EXPECT_NE(accum[0].output.find("2 ranks x 2 micro-batches x 2"), std::string::npos)
+      << accum[0].output;
+
+  const auto a = read_metrics(tmp / "one"), b = read_metrics(tmp / "two"), c = read_metrics(tmp / "accum");
+  ASSERT_EQ(a.size(), 5u);
+  ASSERT_EQ(b.size(), 5u);
+  ASSERT_EQ(c.size(), 5u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string step = "step " + std::to_string(i + 1);
+    expect_close(a[i].at("loss"), b[i].at("loss"), 1e-4, step + " loss, 1 vs 2 ranks");
+    expect_close(a[i].at("grad_norm"), b[i].at("grad_norm"), 1e-4, step + " grad norm, 1 vs 2 ranks");
+    expect_close(a[i].at("loss"), c[i].at("loss"), 1e-4, step + " loss, 1 rank vs 2 ranks accumulating");
+    expect_close(a[i].at("grad_norm"), c[i].at("grad_norm"), 1e-4, step + " grad norm, accumulating");
+  }
+  expect_close(a.back().at("val_loss"), b.back().at("val_loss"), 1e-4, "final validation loss");
+  // Two ranks each hold about half of the parameters.
+  const auto shards = b.back().at("sharded_param_bytes").get<std::vector<int64_t>>();
+  ASSERT_EQ(shards.size(), 2u);
+  const int64_t whole = a.back().at("sharded_param_bytes")[0].get<int64_t>();
+  EXPECT_LE(shards[0], whole / 2 + 4096);
+  EXPECT_GE(shards[0] + shards[1], whole);
+}
+
+TEST(Trainer, EveryStrategyAndPolicyTrainsLikeTheReference) {
+  TempDir tmp;
+  const auto common = tiny({"--steps", "4", "--eval-every", "0", "--sample-bytes", "0"});
+  const auto reference = run_alone(concat(common, {"--run-dir", tmp / "reference"}));
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto expected = read_metrics(tmp / "reference");
+  ASSERT_EQ(expected.size(), 4u);
+  struct Variant {
+    std::vector<std::string> flags;
+    double tolerance;  // relative, on the loss
+  };
+  const std::vector<Variant> variants = {
+      {{"--strategy", "grad-op"}, 1e-4},
+      {{"--strategy", "none"}, 1e-4},
+      {{"--offload"}, 1e-4},
+      {{"--no-prefetch"}, 1e-4},
+      // bf16 compute: close to fp32, but not equal (checked below).
+      {{"--mixed-precision", "bf16"}, 5e-3},
+  };
+  int index = 0;
+  for (const auto& v : variants) {
+    const std::string name = fmt::format("{}", fmt::join(v.flags, " "));
+    SCOPED_TRACE(name);
+    const std::string dir = tmp / ("variant" + std::to_string(index++));
+    const auto results = run_ranks(concat(concat(common, v.flags), {"--run-dir", dir}), 2);
+    expect_all_ok(results);
+    const auto got = read_metrics(dir);
+    ASSERT_EQ(got.size(), expected.size());
+    double largest_difference = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      expect_close(got[i].at("loss"), expected[i].at("loss"), v.tolerance,
+                   name + " step " + std::to_string(i + 1));
+      largest_difference = std::max(largest_difference, std::fabs(got[i].at("loss").get<double>() -
+                                                                  expected[i].at("loss").get<double>()));
+    }
+    if (v.flags.back() == "bf16") {
+      EXPECT_GT(largest_difference, 1e-5) << "bf16 losses equal the fp32 ones: was bf16 used?";
+    }
+  }
+}
+
+struct BadInput {
+  std::vector<std::string> args;
+  int world_size;
+  std::string message;
+};
+
+TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
+  TempDir tmp;
+  const std::string not_a_dir = tmp / "file";
+  std::ofstream(not_a_dir) << "x";
+  const std::vector<BadInput> cases = {
+      {{"--data", "/nonexistent/corpus.txt"}, 2, "data file '/nonexistent/corpus.txt' does not exist"},
+      {{"--width", "32", "--heads", "3"}, 2, "--heads 3 does not divide --width 32"},
+      {{"--batch", "3"}, 2, "--batch 3 is not divisible by the world size 2"},
+      {{"--batch", "2"}, 3, "world size 3 is larger than the global batch 2"},
+      {{"--run-dir", not_a_dir + "/run"}, 2, "cannot create run dir '" + not_a_dir + "/run'"},
+      {{"--layers", "0"}, 2, "--layers is 0; it must be a positive integer"},
+      {{"--context", "-4"}, 1, "--context is -4; it must be a positive integer"},
+      {{"--strategy", "zero9"}, 2, "--strategy 'zero9' is not one of"},
+      {{"--micro-batch", "3"}, 2, "--micro-batch 3 does not divide the per-rank batch 16"},
+      {{"--resume", "/nonexistent/run"}, 2, "--resume '/nonexistent/run' does not exist"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.message);
+    const auto args = concat(c.args, {"--steps", "2"});
+    const auto results = run_ranks(args, c.world_size);
+    ASSERT_EQ(results.size(), static_cast<size_t>(c.world_size));
+    for (const auto& r : results) {
+      EXPECT_EQ(r.exit_code, 2) << describe(results);
+      EXPECT_NE(r.output.find("fsdp-train: error: " + c.message), std::string::npos)
+          << describe(results);
+    }
+  }
+  // Alone as well, and nothing was written.
+  const auto alone = run_alone({"--width", "32", "--heads", "3", "--run-dir", tmp / "never"});
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  EXPECT_NE(alone.output.find("--heads 3 does not divide --width 32"), std::string::npos) << alone.output;
+  EXPECT_FALSE(fs::exists(tmp / "never"));
+}
+
+TEST(Trainer, HelpDocumentsEveryOptionWithItsDefault) {
+  const auto r = run_alone({"--help"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* option :
+       {"--strategy", "--mixed-precision", "--offload", "--no-prefetch", "--micro-batch",
+        "--grad-accum", "--lr", "--warmup", "--min-lr", "--weight-decay", "--clip", "--steps",
+        "--time-budget", "--seed", "--run-dir", "--save-every", "--resume", "--eval-every",
+        "--sample-bytes", "--layers", "--width", "--heads", "--context", "--quiet", "--data",
+        "--batch"}) {
+    EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
+  }
+  EXPECT_NE(r.output.find("--lr FLOAT=0.003"), std::string::npos) << r.output;  // a default
+  EXPECT_NE(r.output.find("runs/<timestamp>"), std::string::npos);
+}
+
+TEST(Trainer, TimeBudgetStopsEveryRankAtTheSameStep) {
+  TempDir tmp;
+  const auto results = run_ranks(
+      tiny({"--steps", "1000000", "--time-budget", "2", "--sample-bytes", "0", "--eval-every", "0",
+            "--run-dir", tmp / "run"}),
+      2);
+  expect_all_ok(results);
+  const auto lines = read_metrics(tmp / "run");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_LT(lines.back().at("step").get<int64_t>(), 1000000);
+  EXPECT_NE(results[0].output.find("stopped by --time-budget"), std::string::npos)
+      << describe(results);
+  EXPECT_TRUE(fs::exists(tmp / "run" + "/checkpoint/index.json"));
+}
+
+// Model and optimizer tensors of two checkpoints, compared exactly.
+void expect_same_checkpoint(const std::string& a_dir, const std::string& b_dir) {
+  const auto a = fsdp::ckpt::Reader::open(a_dir), b = fsdp::ckpt::Reader::open(b_dir);
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& name : a.names()) {
+    EXPECT_TRUE(at::equal(a.read_full(name), b.read_full(name))) << name;
+  }
+}
+
+TEST(Trainer, ResumeContinuesBitwiseOnTheSameWorldSizeAndCloselyOnAnother) {
+  TempDir tmp;
+  const auto common = tiny({"--steps", "6", "--sample-bytes", "0", "--eval-every", "0"});
+  // Uninterrupted, 2 ranks.
+  expect_all_ok(run_ranks(concat(common, {"--run-dir", tmp / "straight"}), 2));
+  // The same run, checkpointing at step 3.
+  expect_all_ok(run_ranks(concat(common, {"--run-dir", tmp / "saved", "--save-every", "3"}), 2));
+  const std::string step3 = tmp / "saved" + "/checkpoints/step-00000003";
+  ASSERT_TRUE(fs::exists(step3 + "/index.json"));
+
+  // Resume from step 3 on 2 ranks. The model shape, batch, seed and schedule
+  // come from the checkpoint.
+  const auto resumed = run_ranks({"--resume", step3, "--run-dir", tmp / "resumed",
+                                  "--sample-bytes", "0", "--eval-every", "0", "--eval-batches", "1"},
+                                 2);
+  expect_all_ok(resumed);
+  EXPECT_NE(resumed[0].output.find("at step 3"), std::string::npos) << describe(resumed);
+
+  const auto straight = by_step(read_metrics(tmp / "straight"));
+  const auto again = by_step(read_metrics(tmp / "resumed"));
+  ASSERT_EQ(again.size(), 3u);
+  for (int64_t step = 4; step <= 6; ++step) {
+    ASSERT_TRUE(again.count(step)) << step;
+    EXPECT_EQ(again.at(step).at("loss").get<double>(), straight.at(step).at("loss").get<double>())
+        << "step " << step;
+    EXPECT_EQ(again.at(step).at("grad_norm").get<double>(),
+              straight.at(step).at("grad_norm").get<double>())
+        << "step " << step;
+  }
+  EXPECT_EQ(again.at(6).at("val_loss").get<double>(), straight.at(6).at("val_loss").get<double>());
+  expect_same_checkpoint(tmp / "straight" + "/checkpoint", tmp / "resumed" + "/checkpoint");
+
+  // Resume the 2-rank checkpoint on 1 rank.
+  const auto alone = run_alone({"--resume", step3, "--run-dir", tmp / "alone", "--sample-bytes",
+                                "0", "--eval-every", "0", "--eval-batches", "1"});
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  const auto single = by_step(read_metrics(tmp / "alone"));
+  ASSERT_EQ(single.size(), 3u);
+  for (int64_t step = 4; step <= 6; ++step) {
+    expect_close(single.at(step).at("loss"), straight.at(step).at("loss"), 1e-4,
+                 "step " + std::to_string(step) + " loss after resuming on 1 rank");
+  }
+
+  // Continuing in the same run dir keeps its metrics up to the checkpoint.
+  expect_all_ok(run_ranks({"--resume", step3, "--run-dir", tmp / "saved", "--sample-bytes", "0",
+                           "--eval-every", "0", "--eval-batches", "1"},
+                          2));
+  const auto continued = read_metrics(tmp / "saved");
+  ASSERT_EQ(continued.size(), 6u);
+  for (size_t i = 0; i < continued.size(); ++i) EXPECT_EQ(continued[i].at("step"), i + 1);
+
+  // A checkpoint of another model shape is refused, naming the option.
+  const auto conflict = run_ranks({"--resume", step3, "--width", "64", "--heads", "2", "--run-dir", tmp / "conflict"}, 2);
+  for (const auto& r : conflict) {
+    EXPECT_EQ(r.exit_code, 2) << describe(conflict);
+    EXPECT_NE(r.output.find("--width 64 differs from the checkpoint's 32"), std::string::npos)
+        << describe(conflict);
+  }
+  // Nothing left to train.
+  const auto done = run_alone({"--resume", tmp / "saved" + "/checkpoint", "--run-dir", tmp / "done"});
+  EXPECT_EQ(done.exit_code, 2) << done.output;
+  EXPECT_NE(done.output.find("is at step 6, and --steps is 6"), std::string::npos) << done.output;
+}
+
+}  // namespace

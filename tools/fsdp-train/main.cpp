@@ -1,0 +1,150 @@
+// fsdp-train: a byte-level GPT trained with FSDP, the library's main demo.
+//
+// Where things are (one concept per file):
+//   train_options  the command line, its defaults and the input checks
+//   corpus         the byte corpus and the (seed, step) -> batch sampler
+//   lr_schedule    warmup + cosine decay
+//   run_dir        the run directory, checkpoint paths, rank agreement
+//   resume_config  what a checkpoint records, and --resume's defaults
+//   trainer        the training loop (model, optimizer, eval, checkpoints)
+//   progress       the live progress line; metrics_log: metrics.jsonl
+//   plot           plot.png via gnuplot; generate: text sampling
+//   report         the header and the summary table
+//
+// This file decides where the process sits in the job (alone, or launched by
+// fsdp-run/torchrun/mpirun/srun), checks every input on every rank before
+// any heavy work or any collective, then creates the process group and
+// trains. Exit status: 0 done; 2 bad input (every rank); 1 a failure while
+// training.
+
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "corpus.h"
+#include "fsdp/checkpoint/reader.h"
+#include "fsdp/comm/launch_env.h"
+#include "fsdp/comm/process_group.h"
+#include "resume_config.h"
+#include "run_dir.h"
+#include "train_options.h"
+#include "trainer.h"
+
+namespace {
+
+constexpr int kBadInput = 2;
+constexpr int kFailed = 1;
+
+std::string message_of(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+// Ranks on one machine share its cores: give each 1/LOCAL_WORLD_SIZE of them
+// unless OMP_NUM_THREADS says otherwise.
+int threads_per_rank(int local_world_size) {
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
+    return std::atoi(env);
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, local_world_size));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fsdp_train;
+  ParseResult parsed = parse_train_options(argc, argv);
+  if (!parsed.options) return parsed.exit_code;
+
+  TrainSetup setup;
+  setup.options = std::move(*parsed.options);
+  TrainOptions& o = setup.options;
+  std::vector<std::string> errors;
+
+  // Where this process sits. Nothing here talks to other ranks.
+  fsdp::LaunchEnv env;
+  const bool distributed = fsdp::launched_distributed();
+  if (distributed) {
+    try {
+      env = fsdp::read_launch_env();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fsdp-train: error: %s\n", message_of(e).c_str());
+      return kBadInput;
+    }
+  }
+  setup.launcher = distributed ? env.source : "standalone";
+
+  // --resume first: options left out default to the checkpoint's.
+  if (!o.resume.empty()) {
+    try {
+      setup.resume_dir = resolve_resume_dir(o.resume);
+      const fsdp::ckpt::Reader reader = fsdp::ckpt::Reader::open(setup.resume_dir);
+      setup.resume_step = reader.step();
+      for (auto& e : adopt_checkpoint_options(o, reader.extras(), setup.resume_dir)) {
+        errors.push_back(std::move(e));
+      }
+      if (errors.empty() && setup.resume_step >= o.steps) {
+        errors.push_back(fmt::format(
+            "--resume '{}' is at step {}, and --steps is {}: nothing is left to train; pass a "
+            "larger --steps (the cosine schedule then spans the new total)",
+            setup.resume_dir, setup.resume_step, o.steps));
+      }
+    } catch (const std::exception& e) {
+      errors.push_back(message_of(e));
+    }
+  }
+
+  for (auto& e : check_options(o, env.world_size, &setup.layout)) errors.push_back(std::move(e));
+
+  if (o.context > 0) {
+    try {
+      setup.corpus = load_corpus(o.data, o.context);
+    } catch (const std::exception& e) {
+      errors.push_back(message_of(e));
+    }
+  }
+  if (!setup.resume_dir.empty() && errors.empty()) {
+    setup.corpus_warning =
+        corpus_mismatch_warning(setup.corpus, fsdp::ckpt::Reader::open(setup.resume_dir).extras());
+  }
+
+  // The run dir (or, for the default runs/<timestamp>, runs/) must be
+  // creatable; every rank checks, since every rank writes checkpoints.
+  if (const std::string problem = check_run_dir(o.run_dir.empty() ? std::string("runs") : o.run_dir);
+      !problem.empty()) {
+    errors.push_back(problem);
+  }
+
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::fprintf(stderr, "fsdp-train: error: %s\n", e.c_str());
+    std::fprintf(stderr, "fsdp-train: run with --help for every option and its default\n");
+    return kBadInput;
+  }
+
+  setup.threads = threads_per_rank(distributed ? env.local_world_size : 1);
+  at::set_num_threads(setup.threads);
+
+  try {
+    if (distributed) {
+      setup.world = fsdp::init_process_group_from_env();
+    } else {
+      setup.world = fsdp::make_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1);
+    }
+    return train(setup);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdp-train: error%s: %s\n",
+                 distributed ? fmt::format(" on rank {}", env.rank).c_str() : "",
+                 message_of(e).c_str());
+    return kFailed;
+  }
+}

@@ -1,0 +1,56 @@
+#pragma once
+// metrics.jsonl: one JSON object per optimizer step, written by rank 0 and
+// flushed as it goes, so a killed run keeps what it measured.
+//
+//   {"step":12,"loss":4.0913848876953125,"lr":0.0012,"grad_norm":0.84,
+//    "tokens_per_s":14210.5,"ms":288.2,"elapsed_s":3.6,
+//    "sharded_param_bytes":[...per rank],"peak_gathered_param_bytes":[...],
+//    "val_loss":4.02}                       (val_loss only on evaluation steps)
+//
+// `loss` is the mean over the whole global batch, written with full
+// precision, so runs can be compared bit for bit.
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fsdp_train {
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double tokens_per_s = 0;
+  double ms = 0;         // wall time of this step
+  double elapsed_s = 0;  // wall time since training started
+  std::vector<int64_t> sharded_param_bytes;        // per rank
+  std::vector<int64_t> peak_gathered_param_bytes;  // per rank, during this step
+  std::optional<double> val_loss;
+
+  nlohmann::json to_json() const;
+  static StepRecord from_json(const nlohmann::json& j);
+};
+
+class MetricsLog {
+ public:
+  // Opens <run_dir>/metrics.jsonl. A fresh run truncates it; a run resumed
+  // at `resumed_step` > 0 keeps the lines of steps <= resumed_step (the same
+  // run dir continued) and drops later ones (they were not checkpointed).
+  MetricsLog(const std::string& run_dir, int64_t resumed_step);
+
+  void append(const StepRecord& record);
+  const std::vector<StepRecord>& records() const { return records_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+  std::vector<StepRecord> records_;
+};
+
+}  // namespace fsdp_train

@@ -1,0 +1,77 @@
+#include "report.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "text_format.h"
+
+namespace fsdp_train {
+
+void print_header(const RunHeader& h) {
+  const TrainOptions& o = *h.options;
+  const BatchLayout& b = *h.layout;
+  fmt::print("fsdp-train: GPT over bytes, {} layers x {} wide, {} heads, context {}: {:.2f} M "
+             "parameters ({})\n",
+             o.layers, o.width, o.heads, o.context, static_cast<double>(h.num_params) / 1e6,
+             human_bytes(h.unsharded_param_bytes));
+  fmt::print("  ranks     {} ({}), {} thread{} each; strategy {}, {}, prefetch {}, offload {}\n",
+             b.world_size, h.launcher, h.threads, h.threads == 1 ? "" : "s", o.strategy,
+             o.mixed_precision, o.no_prefetch ? "off" : "on", o.offload ? "on" : "off");
+  fmt::print("  data      {}: {} in {} file{} ({} train, {} validation)\n", h.corpus->source,
+             human_bytes(h.corpus->total_bytes()), h.corpus->files.size(),
+             h.corpus->files.size() == 1 ? "" : "s", human_bytes(h.corpus->train.size()),
+             human_bytes(h.corpus->val.size()));
+  fmt::print("  batch     {} sequences/step = {} rank{} x {} micro-batch{} x {}; {} tokens/step\n",
+             o.batch, b.world_size, b.world_size == 1 ? "" : "s", b.grad_accum,
+             b.grad_accum == 1 ? "" : "es", b.micro_batch, o.batch * o.context);
+  fmt::print("  optimizer AdamW lr {:g}, warmup {} steps, cosine to {:g} at step {}; weight decay "
+             "{:g}; clip {}\n",
+             o.lr, o.warmup, o.min_lr, o.steps, o.weight_decay,
+             o.clip > 0 ? fmt::format("{:g}", o.clip) : std::string("off"));
+  if (!h.resume_dir.empty()) {
+    fmt::print("  resume    {} at step {}\n", h.resume_dir, h.start_step);
+  }
+  fmt::print("  run dir   {}{}\n", h.run_dir,
+             o.time_budget > 0 ? fmt::format(" (time budget {})", human_duration(o.time_budget))
+                               : std::string());
+  std::fflush(stdout);
+}
+
+void print_summary(const RunSummary& s) {
+  fmt::print("\nSummary\n");
+  const int64_t steps_run = s.last_step - s.start_step;
+  fmt::print("  steps           {}/{}{}{}\n", s.last_step, s.total_steps,
+             s.start_step > 0 ? fmt::format(" (resumed at {})", s.start_step) : std::string(),
+             s.stopped_by_time_budget ? " (stopped by --time-budget)" : "");
+  fmt::print("  time            {} ({:.0f} ms/step)\n", human_duration(s.train_seconds),
+             steps_run > 0 ? 1000.0 * s.train_seconds / static_cast<double>(steps_run) : 0.0);
+  fmt::print("  loss            {:.4f} -> {:.4f} nats/byte (train){}\n", s.first_loss,
+             s.final_loss,
+             s.final_val_loss ? fmt::format(", {:.4f} validation", *s.final_val_loss)
+                              : std::string());
+  fmt::print("  throughput      {} tokens/s (all ranks)\n", human_count(s.mean_tokens_per_s));
+  fmt::print("\n  {:>4}  {:>14}  {:>14}  {:>15}  {:>13}\n", "rank", "sharded params",
+             "sharded grads", "optimizer state", "peak gathered");
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    const RankMemory& m = s.ranks[r];
+    fmt::print("  {:>4}  {:>14}  {:>14}  {:>15}  {:>13}\n", r, human_bytes(m.sharded_params),
+               human_bytes(m.sharded_grads), human_bytes(m.optimizer_state),
+               human_bytes(m.peak_gathered));
+  }
+  fmt::print("  (the whole model unsharded: {} of parameters)\n\n",
+             human_bytes(s.unsharded_param_bytes));
+  fmt::print("Outputs\n");
+  fmt::print("  run dir     {}\n", s.run_dir);
+  fmt::print("  metrics     {}\n", s.metrics);
+  if (!s.plot.empty()) {
+    fmt::print("  plot        {}\n", s.plot);
+  } else {
+    fmt::print("  plot        none: {}\n", s.plot_error);
+  }
+  fmt::print("  checkpoint  {}\n", s.checkpoint);
+  if (!s.sample_file.empty()) fmt::print("  sample      {}\n", s.sample_file);
+  std::fflush(stdout);
+}
+
+}  // namespace fsdp_train

@@ -1,0 +1,60 @@
+#pragma once
+// What rank 0 prints around training: the header that says what is about to
+// run, and the summary table at the end.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "corpus.h"
+#include "train_options.h"
+
+namespace fsdp_train {
+
+struct RunHeader {
+  const TrainOptions* options = nullptr;
+  const BatchLayout* layout = nullptr;
+  const ByteCorpus* corpus = nullptr;
+  std::string launcher;
+  int threads = 1;
+  int64_t num_params = 0;
+  int64_t unsharded_param_bytes = 0;
+  std::string run_dir;
+  std::string resume_dir;  // "" unless resuming
+  int64_t start_step = 0;
+};
+
+void print_header(const RunHeader& header);
+
+// One rank's tensor bytes at the end of training.
+struct RankMemory {
+  int64_t sharded_params = 0;
+  int64_t sharded_grads = 0;
+  int64_t optimizer_state = 0;
+  int64_t peak_gathered = 0;  // most gathered parameter bytes at once, over the run
+};
+
+struct RunSummary {
+  int64_t start_step = 0;  // steps done before this run (resume), else 0
+  int64_t last_step = 0;
+  int64_t total_steps = 0;
+  bool stopped_by_time_budget = false;
+  double train_seconds = 0;
+  double first_loss = 0;  // of this run's first step
+  double final_loss = 0;  // mean of the last few steps
+  std::optional<double> final_val_loss;
+  double mean_tokens_per_s = 0;
+  int64_t unsharded_param_bytes = 0;
+  std::vector<RankMemory> ranks;
+  std::string run_dir;
+  std::string metrics;
+  std::string plot;        // the PNG, or "" when it could not be drawn
+  std::string plot_error;  // why not
+  std::string checkpoint;
+  std::string sample_file;  // "" when no sample was generated
+};
+
+void print_summary(const RunSummary& summary);
+
+}  // namespace fsdp_train

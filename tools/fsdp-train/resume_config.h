@@ -1,0 +1,34 @@
+#pragma once
+// What a checkpoint remembers about the run that wrote it (its "extras"),
+// and how --resume uses that: options left off the command line are taken
+// from the checkpoint, so `fsdp-train --resume DIR` continues the same run
+// (same model, data, batches and schedule); options given explicitly must
+// agree where they change the run's meaning (the model shape), and may
+// differ where that is a choice (e.g. more --steps, a new --lr).
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "corpus.h"
+#include "train_options.h"
+
+namespace fsdp_train {
+
+// The extras fsdp-train stores in every checkpoint it writes.
+nlohmann::json checkpoint_extras(const TrainOptions& options, const ByteCorpus& corpus,
+                                 int world_size);
+
+// Fills the options not given on the command line from `extras` and returns
+// one message per conflict between a given option and the checkpoint.
+std::vector<std::string> adopt_checkpoint_options(TrainOptions& options,
+                                                  const nlohmann::json& extras,
+                                                  const std::string& checkpoint_dir);
+
+// A warning ("" if none) when the corpus differs from the checkpoint's: the
+// run then continues on other data than it started on.
+std::string corpus_mismatch_warning(const ByteCorpus& corpus, const nlohmann::json& extras);
+
+}  // namespace fsdp_train

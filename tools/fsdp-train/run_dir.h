@@ -1,0 +1,50 @@
+#pragma once
+// The run directory: where a run writes metrics, the plot, its config and
+// its checkpoints, and how ranks agree on it.
+//
+//   <run-dir>/config.json                 the options and the derived sizes
+//   <run-dir>/metrics.jsonl               one JSON object per step
+//   <run-dir>/plot.png, plot.gp, plot.tsv the plot and what made it
+//   <run-dir>/checkpoint/                 the final training state
+//   <run-dir>/checkpoints/step-NNNNNNNN/  --save-every checkpoints
+
+#include <cstdint>
+#include <string>
+
+namespace fsdp {
+class ProcessGroup;
+}
+
+namespace fsdp_train {
+
+// Whether the run dir `dir` exists and is writable, or could be created:
+// its nearest existing ancestor is a writable directory. Creates nothing.
+// Returns "" when fine, else a message naming the path, the reason and the
+// fix.
+std::string check_run_dir(const std::string& dir);
+
+// Creates `dir` (and its parents) if needed and writes and removes a probe
+// file in it. Returns "" on success, else a message naming the directory,
+// the system's reason and the fix. Safe to call from every rank at once.
+std::string probe_writable_dir(const std::string& dir, const std::string& what);
+
+// The run dir every rank uses: `requested` if not empty, else a fresh
+// runs/<YYYYmmdd-HHMMSS> created by rank 0. Collective; throws on every rank
+// if any rank cannot create or write it.
+std::string agree_on_run_dir(fsdp::ProcessGroup& world, const std::string& requested);
+
+// The directory the final checkpoint goes to, and the --save-every ones.
+std::string final_checkpoint_dir(const std::string& run_dir);
+std::string step_checkpoint_dir(const std::string& run_dir, int64_t step);
+
+// What --resume points at: a checkpoint directory (it holds index.json) or a
+// run dir holding checkpoint/. Throws std::runtime_error naming the path and
+// what is missing.
+std::string resolve_resume_dir(const std::string& path);
+
+// Collective: every rank passes its own error ("" for none). If any rank has
+// one, every rank throws std::runtime_error naming the failing ranks and
+// their messages, so all exit together.
+void fail_together(fsdp::ProcessGroup& world, const std::string& my_error);
+
+}  // namespace fsdp_train

@@ -1,0 +1,391 @@
+// The training loop. See trainer.h; the data order is explained in
+// [Note: batches independent of the world size] (corpus.h).
+
+#include "trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <fmt/format.h>
+#include <torch/optim/adamw.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+
+#include "fsdp/checkpoint/training_state.h"
+#include "fsdp/clip_grad.h"
+#include "fsdp/fully_shard.h"
+#include "fsdp/introspection.h"
+#include "fsdp/models/gpt.h"
+#include "generate.h"
+#include "lr_schedule.h"
+#include "metrics_log.h"
+#include "plot.h"
+#include "progress.h"
+#include "report.h"
+#include "resume_config.h"
+#include "run_dir.h"
+
+namespace fsdp_train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using fsdp::models::GPT;
+using fsdp::models::GPTConfig;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+GPTConfig model_config(const TrainOptions& o) {
+  GPTConfig config;
+  config.context = o.context;
+  config.d_model = o.width;
+  config.n_layer = o.layers;
+  config.n_head = o.heads;
+  config.shard_blocks = true;  // each block its own FSDP unit
+  return config;
+}
+
+// AdamW with decoupled weight decay on the matrices only: biases and
+// LayerNorm parameters are not decayed. Parameters are 1-D shards by now, so
+// the choice goes by name (fully_shard keeps the original names).
+std::unique_ptr<torch::optim::AdamW> make_optimizer(fsdp::Sharded<GPT>& model,
+                                                    const TrainOptions& o) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& item : model->named_parameters()) {
+    const std::string& name = item.key();
+    const bool is_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+    const bool is_norm = name.find("ln") != std::string::npos;
+    (is_weight && !is_norm ? decay : no_decay).push_back(item.value());
+  }
+  auto options = [&o](double weight_decay) {
+    auto opts = std::make_unique<torch::optim::AdamWOptions>(o.lr);
+    opts->betas(std::make_tuple(0.9, 0.95)).eps(1e-8).weight_decay(weight_decay);
+    return opts;
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(o.weight_decay));
+  groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(std::move(groups),
+                                               torch::optim::AdamWOptions(o.lr));
+}
+
+class Trainer {
+ public:
+  explicit Trainer(TrainSetup& setup)
+      : s_(setup),
+        o_(setup.options),
+        world_(*setup.world),
+        rank0_(world_.rank() == 0),
+        sampler_(setup.corpus, o_.context, o_.seed),
+        schedule_{o_.lr, o_.min_lr, o_.warmup, o_.steps} {}
+
+  int run();
+
+ private:
+  void build_model();
+  double train_step(int64_t step);
+  double evaluate();
+  void save_checkpoint(const std::string& dir, int64_t step);
+  std::vector<int64_t> gather(int64_t mine) { return fsdp::all_gather_int64(world_, mine); }
+  double estimate_eta(int64_t step, double elapsed) const;
+  std::string sample_text();
+
+  TrainSetup& s_;
+  const TrainOptions& o_;
+  fsdp::ProcessGroup& world_;
+  const bool rank0_;
+  BatchSampler sampler_;
+  LrSchedule schedule_;
+  std::optional<fsdp::Sharded<GPT>> model_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::string run_dir_;
+  int64_t start_step_ = 0;
+  double recent_step_s_ = 0;  // moving average of the step time
+  int64_t run_peak_gathered_ = 0;
+};
+
+void Trainer::build_model() {
+  // Every rank builds the same full model from the same seed, then keeps its
+  // shards: the initial weights do not depend on the world size.
+  at::manual_seed(o_.seed);
+  const GPTConfig config = model_config(o_);
+  fsdp::FullyShardOptions options;
+  options.process_group(s_.world)
+      .strategy(sharding_strategy(o_))
+      .mp(mixed_precision_policy(o_))
+      .offload(fsdp::OffloadPolicy().offload_params(o_.offload).pin_memory(false))
+      .prefetch(!o_.no_prefetch);
+  model_.emplace(fsdp::fully_shard(GPT(config), options));
+  model_->get()->train();
+  optimizer_ = make_optimizer(*model_, o_);  // after sharding: over the shards
+}
+
+double Trainer::train_step(int64_t step) {
+  fsdp::Sharded<GPT>& model = *model_;
+  const double lr = schedule_.at(step);
+  for (auto& group : optimizer_->param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
+  optimizer_->zero_grad();
+  const BatchLayout& b = s_.layout;
+  const int64_t first_row = static_cast<int64_t>(world_.rank()) * b.per_rank;
+  double loss_sum = 0;
+  for (int64_t m = 0; m < b.grad_accum; ++m) {
+    // Gradients are synchronized once per step: on the last micro-batch.
+    std::optional<fsdp::NoSyncGuard> no_sync;
+    if (m + 1 < b.grad_accum) no_sync.emplace(*model);
+    const Batch batch = sampler_.rows(Split::kTrain, step, first_row + m * b.micro_batch,
+                                      b.micro_batch);
+    at::Tensor logits = model->forward(batch.inputs).to(at::kFloat);
+    at::Tensor loss = fsdp::models::lm_loss(logits, batch.targets);
+    (loss / static_cast<double>(b.grad_accum)).backward();
+    loss_sum += loss.item<double>();
+  }
+  return loss_sum / static_cast<double>(b.grad_accum);
+}
+
+// Mean loss over --eval-batches fixed global batches of validation bytes.
+double Trainer::evaluate() {
+  at::NoGradGuard no_grad;
+  fsdp::Sharded<GPT>& model = *model_;
+  model->eval();
+  const BatchLayout& b = s_.layout;
+  const int64_t first_row = static_cast<int64_t>(world_.rank()) * b.per_rank;
+  double sum = 0;
+  for (int64_t i = 0; i < o_.eval_batches; ++i) {
+    for (int64_t m = 0; m < b.grad_accum; ++m) {
+      const Batch batch = sampler_.rows(Split::kVal, i, first_row + m * b.micro_batch,
+                                        b.micro_batch);
+      sum += fsdp::models::lm_loss(model->forward(batch.inputs).to(at::kFloat), batch.targets)
+                 .item<double>();
+    }
+  }
+  model->train();
+  at::Tensor total = at::full({1}, sum / static_cast<double>(o_.eval_batches * b.grad_accum),
+                              at::kDouble);
+  world_.all_reduce(total, fsdp::ReduceOp::kSum)->wait();
+  return total.item<double>() / world_.size();
+}
+
+void Trainer::save_checkpoint(const std::string& dir, int64_t step) {
+  fsdp::ckpt::SaveOptions options;
+  options.step = step;
+  options.extras = checkpoint_extras(o_, s_.corpus, world_.size());
+  options.overwrite = true;
+  std::filesystem::create_directories(std::filesystem::path(dir).parent_path());
+  fsdp::ckpt::save_training_state(world_, dir, **model_, optimizer_.get(), options);
+}
+
+double Trainer::estimate_eta(int64_t step, double elapsed) const {
+  double eta = recent_step_s_ * static_cast<double>(o_.steps - step);
+  if (o_.time_budget > 0) eta = std::min(eta, std::max(0.0, o_.time_budget - elapsed));
+  return eta;
+}
+
+int Trainer::run() {
+  build_model();
+  if (!s_.resume_dir.empty()) {
+    const auto loaded =
+        fsdp::ckpt::load_training_state(world_, s_.resume_dir, **model_, optimizer_.get());
+    start_step_ = loaded.step;
+  }
+  run_dir_ = agree_on_run_dir(world_, o_.run_dir);
+
+  const fsdp::MemoryStats initial = fsdp::memory_stats(**model_);
+  const std::vector<int64_t> sharded_bytes = gather(initial.sharded_param_bytes);
+  const GPTConfig config = model_config(o_);
+  std::optional<MetricsLog> metrics;
+  if (rank0_) {
+    if (!s_.corpus_warning.empty()) fmt::print("fsdp-train: {}\n", s_.corpus_warning);
+    RunHeader header;
+    header.options = &o_;
+    header.layout = &s_.layout;
+    header.corpus = &s_.corpus;
+    header.launcher = s_.launcher;
+    header.threads = s_.threads;
+    header.num_params = config.num_params();
+    header.unsharded_param_bytes = initial.unsharded_param_bytes;
+    header.run_dir = run_dir_;
+    header.resume_dir = s_.resume_dir;
+    header.start_step = start_step_;
+    print_header(header);
+    nlohmann::json config_json = checkpoint_extras(o_, s_.corpus, world_.size());
+    config_json["strategy"] = o_.strategy;
+    config_json["mixed_precision"] = o_.mixed_precision;
+    config_json["offload"] = o_.offload;
+    config_json["prefetch"] = !o_.no_prefetch;
+    config_json["micro_batch"] = s_.layout.micro_batch;
+    config_json["grad_accum"] = s_.layout.grad_accum;
+    config_json["launcher"] = s_.launcher;
+    config_json["resume"] = s_.resume_dir;
+    config_json["start_step"] = start_step_;
+    std::ofstream(std::filesystem::path(run_dir_) / "config.json") << config_json.dump(2) << '\n';
+    metrics.emplace(run_dir_, start_step_);
+  }
+
+  ProgressConfig pc;
+  pc.enabled = rank0_ && !o_.quiet;
+  pc.terminal = ::isatty(STDOUT_FILENO) != 0;
+  pc.total_steps = o_.steps;
+  pc.log_every = o_.log_every > 0 ? o_.log_every : std::max<int64_t>(1, (o_.steps - start_step_) / 25);
+  pc.time_budget = o_.time_budget;
+  Progress progress(pc);
+
+  const double tokens_per_step = static_cast<double>(o_.batch * o_.context);
+  const auto train_start = Clock::now();
+  double first_loss = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> last_losses;
+  std::optional<double> last_val;
+  bool stopped_by_budget = false;
+  int64_t step = start_step_;
+  while (step < o_.steps) {
+    ++step;
+    const auto step_start = Clock::now();
+    fsdp::reset_peak_memory_stats(**model_);
+    const double local_loss = train_step(step);
+    const double grad_norm = fsdp::clip_grad_norm_(
+        **model_, o_.clip > 0 ? o_.clip : std::numeric_limits<double>::infinity());
+    optimizer_->step();
+
+    // One all-reduce carries the global mean loss and the stop decision, so
+    // every rank stops after the same step (clocks differ between ranks).
+    const double elapsed_local = seconds_since(train_start);
+    const bool over_budget = o_.time_budget > 0 && elapsed_local >= o_.time_budget;
+    at::Tensor agreed = at::tensor({local_loss, over_budget ? 1.0 : 0.0}, at::kDouble);
+    world_.all_reduce(agreed, fsdp::ReduceOp::kSum)->wait();
+    const double loss = agreed[0].item<double>() / world_.size();
+    stopped_by_budget = agreed[1].item<double>() > 0 && step < o_.steps;
+    const bool last = step == o_.steps || stopped_by_budget;
+
+    const int64_t peak = fsdp::memory_stats(**model_).peak_gathered_param_bytes;
+    run_peak_gathered_ = std::max(run_peak_gathered_, peak);
+    const std::vector<int64_t> peaks = gather(peak);
+    const double step_s = seconds_since(step_start);
+    recent_step_s_ = recent_step_s_ == 0 ? step_s : 0.9 * recent_step_s_ + 0.1 * step_s;
+
+    StepRecord record;
+    record.step = step;
+    record.loss = loss;
+    record.lr = schedule_.at(step);
+    record.grad_norm = grad_norm;
+    record.ms = 1000.0 * step_s;
+    record.tokens_per_s = tokens_per_step / step_s;
+    record.sharded_param_bytes = sharded_bytes;
+    record.peak_gathered_param_bytes = peaks;
+    if (last || (o_.eval_every > 0 && step % o_.eval_every == 0)) {
+      record.val_loss = evaluate();
+      last_val = record.val_loss;
+    }
+    record.elapsed_s = seconds_since(train_start);
+    if (std::isnan(first_loss)) first_loss = loss;
+    last_losses.push_back(loss);
+    if (last_losses.size() > 10) last_losses.erase(last_losses.begin());
+    if (rank0_) {
+      metrics->append(record);
+      progress.step(record, estimate_eta(step, record.elapsed_s), last);
+      if (record.val_loss && !last) {
+        progress.note(fmt::format("  validation loss at step {}: {:.4f}", step, *record.val_loss));
+      }
+    }
+    if (o_.save_every > 0 && step % o_.save_every == 0) {
+      const std::string dir = step_checkpoint_dir(run_dir_, step);
+      const auto save_start = Clock::now();
+      save_checkpoint(dir, step);
+      if (rank0_) {
+        progress.note(fmt::format("  saved {} ({:.1f}s)", dir, seconds_since(save_start)));
+      }
+    }
+    if (last) break;
+  }
+  const double train_seconds = seconds_since(train_start);
+  progress.finish();
+
+  const std::string final_dir = final_checkpoint_dir(run_dir_);
+  save_checkpoint(final_dir, step);
+
+  std::string sample;
+  if (o_.sample_bytes > 0) sample = sample_text();
+
+  // Per-rank memory for the table.
+  const fsdp::MemoryStats final_stats = fsdp::memory_stats(**model_);
+  const auto params = gather(final_stats.sharded_param_bytes);
+  // Gradients as the optimizer sees them: each parameter's (sharded) .grad().
+  int64_t grad_bytes = 0;
+  for (const auto& p : (*model_)->parameters()) {
+    if (p.grad().defined()) grad_bytes += p.grad().numel() * p.grad().element_size();
+  }
+  const auto grads = gather(grad_bytes);
+  const auto optim = gather(fsdp::optimizer_state_bytes(*optimizer_));
+  const auto peaks = gather(run_peak_gathered_);
+  if (!rank0_) return 0;
+
+  RunSummary summary;
+  summary.start_step = start_step_;
+  summary.last_step = step;
+  summary.total_steps = o_.steps;
+  summary.stopped_by_time_budget = stopped_by_budget;
+  summary.train_seconds = train_seconds;
+  summary.first_loss = first_loss;
+  double tail = 0;
+  for (double l : last_losses) tail += l;
+  summary.final_loss = last_losses.empty() ? 0 : tail / static_cast<double>(last_losses.size());
+  summary.final_val_loss = last_val;
+  const int64_t steps_run = step - start_step_;
+  summary.mean_tokens_per_s =
+      train_seconds > 0 ? tokens_per_step * static_cast<double>(steps_run) / train_seconds : 0;
+  summary.unsharded_param_bytes = final_stats.unsharded_param_bytes;
+  for (size_t r = 0; r < params.size(); ++r) {
+    summary.ranks.push_back(RankMemory{params[r], grads[r], optim[r], peaks[r]});
+  }
+  summary.run_dir = run_dir_;
+  summary.metrics = metrics->path();
+  summary.checkpoint = final_dir;
+
+  const std::string title =
+      fmt::format("fsdp-train: GPT {}x{}, {} rank{}, {}, {}", o_.layers, o_.width, world_.size(),
+                  world_.size() == 1 ? "" : "s", o_.strategy, o_.mixed_precision);
+  const PlotResult plot = write_plot(run_dir_, metrics->records(), title);
+  summary.plot = plot.png;
+  summary.plot_error = plot.error;
+
+  if (!sample.empty()) {
+    summary.sample_file = (std::filesystem::path(run_dir_) / "sample.txt").string();
+    std::ofstream(summary.sample_file, std::ios::binary) << o_.prompt << sample;
+    if (!o_.quiet) {
+      fmt::print("\nSample ({} bytes after the prompt, temperature {:g}):\n", sample.size(),
+                 o_.temperature);
+      fmt::print("------------------------------------------------------------------------\n");
+      fmt::print("{}{}\n", printable(o_.prompt), printable(sample));
+      fmt::print("------------------------------------------------------------------------\n");
+    }
+  }
+  print_summary(summary);
+  return 0;
+}
+
+std::string Trainer::sample_text() {
+  GenerateOptions g;
+  g.prompt = o_.prompt;
+  g.bytes = o_.sample_bytes;
+  g.temperature = o_.temperature;
+  g.seed = o_.seed;
+  g.context = o_.context;
+  return generate(*model_, g);
+}
+
+}  // namespace
+
+int train(TrainSetup& setup) {
+  Trainer trainer(setup);
+  return trainer.run();
+}
+
+}  // namespace fsdp_train

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "comm/backends.h"
+#include "comm/gloo_address.h"
 #include "fsdp/comm/launch_env.h"
 
 namespace fsdp {
@@ -71,6 +72,9 @@ ProcessGroupPtr init_process_group_from_env(GroupOptions options) {
                 " the rendezvous store at MASTER_ADDR:MASTER_PORT = ", env.master_addr, ":",
                 env.master_port, " within ", options.timeout.count(), " ms: ", e.what());
   }
+  // 127.0.0.1 is unreachable from other hosts. See [Note: the address Gloo binds to].
+  options.hostname = comm::gloo_hostname_for_job(options.hostname, env.master_addr,
+                                                 env.master_port);
   return make_process_group(store, env.rank, env.world_size, std::move(options));
 }
 

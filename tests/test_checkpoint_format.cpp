@@ -23,6 +23,7 @@
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/save.h"
 #include "fsdp/checkpoint/strict_check.h"
+#include "harness/temp_dir.h"
 #include "harness/assertions.h"
 
 namespace fs = std::filesystem;
@@ -33,18 +34,10 @@ using json = nlohmann::json;
 
 namespace {
 
-class TempDir {
+// Each file's directories carry its own prefix, to tell leftovers apart.
+class TempDir : public fsdp::testing::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fsdp-ckpt-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : fsdp::testing::TempDir("fsdp-ckpt-test") {}
 };
 
 // Deterministic contents of every dtype.

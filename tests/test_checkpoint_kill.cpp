@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "fsdp/checkpoint/reader.h"
+#include "harness/temp_dir.h"
 #include "harness/assertions.h"
 #include "harness/multiprocess.h"
 
@@ -20,18 +21,10 @@ using fsdp::testing::run_processes;
 
 namespace {
 
-class TempDir {
+// Each file's directories carry its own prefix, to tell leftovers apart.
+class TempDir : public fsdp::testing::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fsdp-ckpt-kill-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : fsdp::testing::TempDir("fsdp-ckpt-kill") {}
 };
 
 const std::string kSaver = std::string(FSDP_BIN_DIR) + "/ckpt_saver";

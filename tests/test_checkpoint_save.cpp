@@ -12,6 +12,7 @@
 
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/save.h"
+#include "harness/temp_dir.h"
 #include "harness/assertions.h"
 #include "harness/rank_harness.h"
 
@@ -24,18 +25,10 @@ using fsdp::testing::run_ranks;
 
 namespace {
 
-class TempDir {
+// Each file's directories carry its own prefix, to tell leftovers apart.
+class TempDir : public fsdp::testing::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fsdp-ckpt-save-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : fsdp::testing::TempDir("fsdp-ckpt-save") {}
 };
 
 // The "model": the same full tensors on every rank (same seed).

@@ -38,7 +38,7 @@ class ScopedLaunchEnv {
       "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
       "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-      "SLURM_NTASKS_PER_NODE"};
+      "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID"};
   std::map<std::string, std::optional<std::string>> saved_;
 };
 
@@ -84,6 +84,23 @@ TEST(LaunchEnv, Slurm) {
   EXPECT_EQ(e.rank, 2);
   EXPECT_EQ(e.world_size, 6);
   EXPECT_EQ(e.local_world_size, 3);
+}
+
+// Without --ntasks-per-node, srun sets only SLURM_TASKS_PER_NODE.
+TEST(LaunchEnv, SlurmLocalSizeFromTasksPerNode) {
+  ScopedLaunchEnv env(with_master({{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "11"},
+                                   {"SLURM_LOCALID", "1"}, {"SLURM_TASKS_PER_NODE", "4(x2),3"},
+                                   {"SLURM_NODEID", "2"}}));
+  const LaunchEnv e = read_launch_env();
+  EXPECT_EQ(e.local_world_size, 3);
+  EXPECT_EQ(e.local_rank, 1);
+}
+
+TEST(LaunchEnv, SlurmTasksPerNodeRepeatsAcrossNodes) {
+  ScopedLaunchEnv env(with_master({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "11"},
+                                   {"SLURM_LOCALID", "1"}, {"SLURM_TASKS_PER_NODE", "4(x2),3"},
+                                   {"SLURM_NODEID", "1"}}));
+  EXPECT_EQ(read_launch_env().local_world_size, 4);
 }
 
 TEST(LaunchEnv, TorchrunWinsWhenSeveralArePresent) {

@@ -4,7 +4,9 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <algorithm>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace fsdp {
@@ -43,6 +45,41 @@ int parse_int(const char* name, const std::string& value) {
   return static_cast<int>(parsed);
 }
 
+// srun sets SLURM_NTASKS_PER_NODE only when given --ntasks-per-node, but
+// always sets SLURM_TASKS_PER_NODE, a run-length list of the tasks on each
+// node ("4(x2),3": four on each of the first two nodes, then three) and
+// SLURM_NODEID. This node's entry is its local world size.
+std::optional<std::string> slurm_tasks_on_this_node() {
+  const auto list = env("SLURM_TASKS_PER_NODE");
+  if (!list) return std::nullopt;
+  const auto node_id = env("SLURM_NODEID");
+  const int node = node_id ? parse_int("SLURM_NODEID", *node_id) : 0;
+  int first_node = 0;
+  size_t pos = 0;
+  while (pos < list->size()) {
+    const size_t comma = std::min(list->find(',', pos), list->size());
+    const std::string entry = list->substr(pos, comma - pos);
+    const size_t paren = entry.find("(x");
+    const std::string tasks = entry.substr(0, paren);
+    const int repeat = paren == std::string::npos
+                           ? 1
+                           : parse_int("SLURM_TASKS_PER_NODE",
+                                       entry.substr(paren + 2, entry.size() - paren - 3));
+    parse_int("SLURM_TASKS_PER_NODE", tasks);  // validates the count
+    if (node < first_node + repeat) return tasks;
+    first_node += repeat;
+    pos = comma + 1;
+  }
+  return std::nullopt;
+}
+
+// A convention's variable, with the Slurm fallback above.
+std::optional<std::string> launch_var(const char* name) {
+  auto value = env(name);
+  if (!value && std::string(name) == "SLURM_NTASKS_PER_NODE") value = slurm_tasks_on_this_node();
+  return value;
+}
+
 std::string convention_help(const Convention& c) {
   return std::string(c.source) + " sets " + c.rank + ", " + c.world_size + ", " + c.local_rank +
          " and " + c.local_world_size + "; MASTER_ADDR and MASTER_PORT must be set as well";
@@ -76,17 +113,17 @@ LaunchEnv read_launch_env() {
                             "MASTER_ADDR", "MASTER_PORT"};
   std::string missing;
   for (const char* name : required) {
-    if (!env(name)) missing += (missing.empty() ? "" : ", ") + std::string(name);
+    if (!launch_var(name)) missing += (missing.empty() ? "" : ", ") + std::string(name);
   }
   TORCH_CHECK(missing.empty(), "fsdp: the ", c.source, " launch environment (", c.rank,
               " is set) is incomplete: missing ", missing, ". ", convention_help(c));
 
   LaunchEnv out;
   out.source = c.source;
-  out.rank = parse_int(c.rank, *env(c.rank));
-  out.world_size = parse_int(c.world_size, *env(c.world_size));
-  out.local_rank = parse_int(c.local_rank, *env(c.local_rank));
-  out.local_world_size = parse_int(c.local_world_size, *env(c.local_world_size));
+  out.rank = parse_int(c.rank, *launch_var(c.rank));
+  out.world_size = parse_int(c.world_size, *launch_var(c.world_size));
+  out.local_rank = parse_int(c.local_rank, *launch_var(c.local_rank));
+  out.local_world_size = parse_int(c.local_world_size, *launch_var(c.local_world_size));
   out.master_addr = *env("MASTER_ADDR");
   out.master_port = parse_int("MASTER_PORT", *env("MASTER_PORT"));
 

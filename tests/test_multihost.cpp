@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/temp_dir.h"
 #include "harness/multiprocess.h"
 
 extern char** environ;
@@ -59,22 +60,9 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
-class TempDir {
+class TempDir : public fsdp::testing::TempDir {
  public:
-  TempDir() {
-    char pattern[] = "/tmp/fsdp_multihost_XXXXXX";
-    const char* made = ::mkdtemp(pattern);
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
+  TempDir() : fsdp::testing::TempDir("fsdp_multihost") {}
 };
 
 // Finds `name` in PATH or the sbin directories (root's tools live there, and

@@ -30,6 +30,7 @@
 
 #include "corpus.h"
 #include "fsdp/checkpoint/reader.h"
+#include "harness/temp_dir.h"
 #include "harness/multiprocess.h"
 #include "lr_schedule.h"
 #include "train_options.h"
@@ -62,23 +63,9 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
-class TempDir {
+class TempDir : public fsdp::testing::TempDir {
  public:
-  TempDir() {
-    char pattern[] = "/tmp/fsdp_trainer_XXXXXX";
-    const char* made = ::mkdtemp(pattern);
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : fsdp::testing::TempDir("fsdp_trainer") {}
 };
 
 // Runs fsdp-train with no launcher environment (one rank, standalone).

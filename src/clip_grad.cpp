@@ -50,7 +50,8 @@ double clip_grad_norm_(UnitModule& root, double max_norm, double norm_type) {
   }
   // Ignored parameters are whole and replicated (see [Note: ignored
   // parameters]): every rank adds the same local term, after the reduction.
-  for (const auto& p : state.ignored_params()) {
+  for (const auto& ignored : state.ignored_params()) {
+    const at::Tensor& p = ignored.param;
     if (!p.grad().defined() || p.grad().numel() == 0) continue;
     at::Tensor a = p.grad().detach().abs().to(at::kDouble);
     total_pow = inf ? std::max(total_pow, a.max().item<double>())

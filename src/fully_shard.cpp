@@ -203,13 +203,14 @@ void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
   }
   const auto all_params = root.parameters();
   {
-    std::unordered_set<const c10::TensorImpl*> sharded;
+    // Tied parameters appear once per name; each ignored tensor is kept once.
+    std::unordered_set<const c10::TensorImpl*> seen;
     for (const auto& unit : root_state->units()) {
-      for (const auto& p : unit->params().params()) sharded.insert(p.unsafeGetTensorImpl());
+      for (const auto& p : unit->params().params()) seen.insert(p.unsafeGetTensorImpl());
     }
-    std::vector<at::Tensor> ignored;
-    for (const auto& p : all_params) {
-      if (!sharded.count(p.unsafeGetTensorImpl())) ignored.push_back(p);
+    std::vector<detail::IgnoredParam> ignored;
+    for (const auto& p : root.named_parameters()) {
+      if (seen.insert(p.value().unsafeGetTensorImpl()).second) ignored.push_back({p.key(), p.value()});
     }
     root_state->set_ignored_params(std::move(ignored));
   }

@@ -26,8 +26,9 @@ int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_
 }  // namespace
 
 std::vector<ParamShard> param_shards(const UnitModule& root) {
+  detail::RootState& state = root_state_of(root);
   std::vector<ParamShard> shards;
-  for (const auto& unit : root_state_of(root).units()) {
+  for (const auto& unit : state.units()) {
     const auto& group = unit->params();
     const auto& layout = group.layout();
     for (int64_t i = 0; i < layout.num_params(); ++i) {
@@ -48,6 +49,17 @@ std::vector<ParamShard> param_shards(const UnitModule& root) {
       }
       shards.push_back(std::move(shard));
     }
+  }
+  const bool rank0 = state.world().rank() == 0;
+  for (const auto& ignored : state.ignored_params()) {
+    ParamShard shard;
+    shard.name = ignored.name;
+    shard.param = ignored.param;
+    shard.full_shape = ignored.param.sizes().vec();
+    shard.numel = ignored.param.numel();
+    shard.primary = rank0;
+    shard.ignored = true;
+    shards.push_back(std::move(shard));
   }
   return shards;
 }

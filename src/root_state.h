@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "fsdp/comm/process_group.h"
@@ -17,6 +18,13 @@ class SummonFullParams;
 }
 
 namespace fsdp::detail {
+
+// A parameter left out of every unit (ignored_modules / ignored_params):
+// whole and replicated on every rank. See [Note: ignored parameters].
+struct IgnoredParam {
+  std::string name;  // its first fully qualified name
+  at::Tensor param;
+};
 
 class RootState {
  public:
@@ -68,9 +76,10 @@ class RootState {
   MemoryCounter& post_forward_bytes() { return post_forward_bytes_; }
   // Full parameter bytes materialized at once during deferred init.
   MemoryCounter& init_bytes() { return init_bytes_; }
-  // Parameters left out of every unit (ignored_modules / ignored_params).
-  void set_ignored_params(std::vector<at::Tensor> params) { ignored_params_ = std::move(params); }
-  const std::vector<at::Tensor>& ignored_params() const { return ignored_params_; }
+  // Parameters left out of every unit, each tensor once, in
+  // named_parameters() order.
+  void set_ignored_params(std::vector<IgnoredParam> params) { ignored_params_ = std::move(params); }
+  const std::vector<IgnoredParam>& ignored_params() const { return ignored_params_; }
   // Units currently inside a SummonFullParams guard, innermost last.
   std::vector<const SummonFullParams*>& summon_stack() { return summon_stack_; }
 
@@ -96,7 +105,7 @@ class RootState {
   MemoryCounter post_forward_bytes_;
   MemoryCounter init_bytes_;
   std::vector<const SummonFullParams*> summon_stack_;
-  std::vector<at::Tensor> ignored_params_;
+  std::vector<IgnoredParam> ignored_params_;
   int64_t completed_forwards_ = 0;
 };
 

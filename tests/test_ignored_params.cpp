@@ -9,17 +9,42 @@
 #include <string>
 #include <unordered_set>
 
+#include "fsdp/checkpoint/training_state.h"
 #include "fsdp/fsdp.h"
 #include "harness/assertions.h"
 #include "harness/models.h"
 #include "harness/parity.h"
 #include "harness/rank_harness.h"
+#include "harness/temp_dir.h"
 
 namespace fsdp::testing {
 namespace {
 
 constexpr int kSteps = 4;
 constexpr int kWorld = 2;
+
+FullyShardOptions ignoring_last_linear_and_scale(Mlp& local, const ProcessGroupPtr& group) {
+  return FullyShardOptions()
+      .process_group(group)
+      .ignored_modules({local->layers->ptr(4)})
+      .ignored_params({local->scale});
+}
+
+// One AdamW step on rank-local rows, the user averaging the ignored gradients.
+void train_one_step(RankContext& ctx, UnitModule& model, torch::optim::Optimizer& opt, int world) {
+  auto* root = dynamic_cast<ShardedImpl<MlpImpl>*>(&model);
+  at::manual_seed(52);
+  at::Tensor x = at::randn({6, 7});
+  at::Tensor loss = root->forward(local_rows(x, ctx.rank, world)).pow(2).mean();
+  opt.zero_grad();
+  loss.backward();
+  for (const auto& p : model.named_parameters()) {
+    if (p.key() != "scale" && p.key().rfind("layers.4.", 0) != 0) continue;
+    ctx.group->all_reduce(p.value().mutable_grad(), ReduceOp::kSum)->wait();
+    p.value().mutable_grad().div_(world);
+  }
+  opt.step();
+}
 
 TEST(IgnoredParams, ParityWhenTheUserAllReducesTheirGradients) {
   at::manual_seed(51);
@@ -45,17 +70,18 @@ TEST(IgnoredParams, ParityWhenTheUserAllReducesTheirGradients) {
   run_ranks(kWorld, [&](RankContext& ctx) {
     Mlp local(7, 10, 3, true);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions()
-                                        .process_group(ctx.group)
-                                        .ignored_modules({local->layers->ptr(4)})
-                                        .ignored_params({local->scale}));
+    auto model = fully_shard(local, ignoring_last_linear_and_scale(local, ctx.group));
     std::vector<at::Tensor> ignored;
     for (const auto& p : model->named_parameters()) {
       if (ignored_names.count(p.key())) ignored.push_back(p.value());
     }
     ASSERT_EQ(ignored.size(), 3u);
     for (const auto& shard : param_shards(*model)) {
-      EXPECT_EQ(ignored_names.count(shard.name), 0u) << shard.name << " must not be sharded";
+      EXPECT_EQ(shard.ignored, ignored_names.count(shard.name) == 1) << shard.name;
+      if (!shard.ignored) continue;  // listed whole, written by rank 0 only
+      EXPECT_EQ(shard.flat_begin, 0) << shard.name;
+      EXPECT_EQ(shard.numel, shard.param.numel()) << shard.name;
+      EXPECT_EQ(shard.primary, ctx.rank == 0) << shard.name;
     }
     EXPECT_EQ(local->layers->ptr(4)->named_parameters()["weight"].sizes().vec(),
               (std::vector<int64_t>{3, 10}));
@@ -87,6 +113,77 @@ TEST(IgnoredParams, ParityWhenTheUserAllReducesTheirGradients) {
     for (const auto& p : model->named_parameters()) {
       if (!ignored_names.count(p.key())) continue;
       EXPECT_TRUE(at::allclose(p.value(), ref[p.key()], 1e-5, 1e-5)) << p.key() << " on rank " << ctx.rank;
+    }
+  });
+}
+
+// Ignored parameters are part of the model's state: full state dicts, the
+// optimizer's, and checkpoints hold them under their names, and loading at
+// another world size restores them on every rank.
+TEST(IgnoredParams, StateDictsAndCheckpointsKeepThem) {
+  at::manual_seed(53);
+  Mlp initial(7, 10, 3, true);
+  TempDir dir("fsdp-ignored");
+  const std::string checkpoint = dir / "step1";
+  StateDict saved;           // rank 0's full state dict after one step
+  OptimStateDict saved_opt;  // and its optimizer's
+  run_ranks(2, [&](RankContext& ctx) {
+    Mlp local(7, 10, 3, true);
+    copy_state(*local, *initial);
+    auto model = fully_shard(local, ignoring_last_linear_and_scale(local, ctx.group));
+    const StateDict before = full_state_dict(*model);
+    if (ctx.rank == 0) {
+      for (const auto& p : initial->named_parameters()) {
+        ASSERT_NE(before.find(p.key()), nullptr) << p.key() << " is missing from full_state_dict";
+        EXPECT_TRUE(before[p.key()].equal(p.value())) << p.key();
+      }
+    }
+    auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
+    train_one_step(ctx, *model, *opt, 2);
+    ckpt::save_training_state(*ctx.group, checkpoint, *model, opt.get(), {});
+    StateDict after = full_state_dict(*model);
+    OptimStateDict after_opt = full_optim_state_dict(*model, *opt);
+    if (ctx.rank == 0) {
+      for (const char* name : {"scale", "layers.4.weight", "layers.4.bias"}) {
+        ASSERT_EQ(after_opt.count(name), 1u) << name << " is missing from full_optim_state_dict";
+        EXPECT_EQ(after_opt[name].step, 1) << name;
+        EXPECT_EQ(after_opt[name].tensors.at("exp_avg").sizes(), after[name].sizes()) << name;
+        EXPECT_FALSE(after[name].equal(before[name])) << name << " did not train";
+      }
+      saved = std::move(after);
+      saved_opt = std::move(after_opt);
+    }
+  });
+
+  run_ranks(3, [&](RankContext& ctx) {
+    at::manual_seed(54 + ctx.rank);  // other values on every rank
+    Mlp local(7, 10, 3, true);
+    auto model = fully_shard(local, ignoring_last_linear_and_scale(local, ctx.group));
+    auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
+    ckpt::load_training_state(*ctx.group, checkpoint, *model, opt.get());
+    const auto params = local->named_parameters();
+    for (const char* name : {"scale", "layers.4.weight", "layers.4.bias"}) {
+      EXPECT_TRUE(params[name].equal(saved[name])) << name << " on rank " << ctx.rank;
+    }
+    const StateDict loaded = full_state_dict(*model);
+    const OptimStateDict loaded_opt = full_optim_state_dict(*model, *opt);
+    if (ctx.rank == 0) {
+      ASSERT_EQ(loaded.size(), saved.size());
+      for (const auto& item : saved) {
+        EXPECT_TRUE(loaded[item.key()].equal(item.value())) << item.key();
+        for (const auto& field : saved_opt[item.key()].tensors) {
+          EXPECT_TRUE(loaded_opt.at(item.key()).tensors.at(field.first).equal(field.second))
+              << item.key() << "/" << field.first;
+        }
+      }
+    }
+    // A plain model's state dict names the ignored parameters too: it loads
+    // strictly, and every rank gets their values.
+    StateDict plain;
+    for (const auto& p : initial->named_parameters()) plain.insert(p.key(), p.value());
+    load_full_state_dict(*model, plain, LoadStateDictOptions().rank0_only(true));
+    for (const char* name : {"scale", "layers.4.weight", "layers.4.bias"}) {
+      EXPECT_TRUE(params[name].equal(initial->named_parameters()[name])) << name << " on rank " << ctx.rank;
     }
   });
 }

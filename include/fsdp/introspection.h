@@ -25,11 +25,18 @@ struct ParamShard {
   int64_t numel = 0;                // elements held here (may be 0)
   std::string unit;                 // owning unit's module path ("" = root)
   // This rank is the one that writes this range when saving: replicas of the
-  // same range (NO_SHARD, hybrid strategies) leave it to replica 0.
+  // same range (NO_SHARD, hybrid strategies) leave it to replica 0, and
+  // ignored parameters to global rank 0.
   bool primary = true;
+  // An ignored parameter (FullyShardOptions::ignored_modules/ignored_params):
+  // whole on every rank (flat_begin 0, every element), in no unit (unit "").
+  bool ignored = false;
 };
 
-// Every parameter of the model, in unit pre-order. The root must be sharded.
+// Every parameter of the model: the units' in unit pre-order, then the
+// ignored ones in named_parameters() order, each tensor once. State dicts and
+// checkpoints are built on this list, so ignored parameters are saved and
+// loaded like the others. The root must be sharded.
 std::vector<ParamShard> param_shards(const UnitModule& root);
 
 // One unit's buffer sizes, e.g. to replay its collectives alone.

@@ -43,6 +43,11 @@ StateDict full_state_dict(const UnitModule& root, const FullStateDictOptions& op
     accounting.buffer_freed(detail::tensor_bytes(flat));
     flat = at::Tensor();  // the next unit's buffer replaces it, not joins it
   }
+  if (keep) {  // ignored parameters are whole on every rank
+    for (const auto& ignored : state.ignored_params()) {
+      params[ignored.name] = detail::keep_copy(ignored.param.detach(), options.offload_to_cpu(), accounting);
+    }
+  }
 
   StateDict out;
   if (!keep) return out;

@@ -121,6 +121,18 @@ OptimStateDict full_optim_state_dict(const UnitModule& root, const torch::optim:
     }
     first += n;
   }
+  if (keep) {  // ignored parameters: whole state on every rank, no gather
+    for (const auto& ignored : state.ignored_params()) {
+      detail::OptimizerFields fields;
+      if (!detail::read_optimizer_state(optimizer, ignored.param, &fields)) continue;
+      ParamOptimState& entry = out[ignored.name];
+      entry.step = fields.step;
+      for (const auto& f : fields.tensors) {
+        entry.tensors[f.first] = detail::keep_copy(f.second.detach().reshape(ignored.param.sizes()),
+                                                   options.offload_to_cpu(), accounting);
+      }
+    }
+  }
   return out;
 }
 

@@ -11,41 +11,21 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <chrono>
 #include <functional>
 #include <string>
 
 #include "fsdp/fsdp.h"
 #include "harness/assertions.h"
 #include "harness/models.h"
+#include "harness/multiprocess.h"
 #include "harness/parity.h"
 #include "harness/rank_harness.h"
 
 namespace fsdp::testing {
 namespace {
 
-// Only LibTorch modules with reset_parameters(), so the default init path
-// applies; two of the blocks are units.
-struct NetImpl : torch::nn::Module {
-  explicit NetImpl(bool units) {
-    layers = register_module("layers", torch::nn::Sequential());
-    if (units) {
-      layers->push_back(Sharded<torch::nn::Linear>(torch::nn::Linear(7, 16)));
-      layers->push_back(torch::nn::Tanh());
-      layers->push_back(Sharded<torch::nn::Linear>(torch::nn::Linear(16, 16)));
-    } else {
-      layers->push_back(torch::nn::Linear(7, 16));
-      layers->push_back(torch::nn::Tanh());
-      layers->push_back(torch::nn::Linear(16, 16));
-    }
-    layers->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({16})));
-    layers->push_back(torch::nn::Linear(16, 3));
-    steps = register_buffer("steps", at::zeros({1}));
-  }
-  at::Tensor forward(const at::Tensor& x) { return layers->forward(x); }
-  torch::nn::Sequential layers{nullptr};
-  at::Tensor steps;
-};
-TORCH_MODULE(Net);
+using Net = ResettableNet;
 
 int64_t storage_bytes(torch::nn::Module& m) {
   int64_t total = 0;
@@ -78,6 +58,22 @@ TEST(DeferredInit, ResetParametersReproducesTheEagerModel) {
     auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
     expect_shards_match(*model, *eager, 0, 0, "reset_parameters path");
   });
+}
+
+// The same at world size 4, each rank its own process (and generator), as in
+// a real job: every rank's shards are slices of the eagerly built model.
+TEST(DeferredInit, ResetParametersReproducesTheEagerModelAcrossProcesses) {
+  constexpr int kWorld = 4;
+  const auto results = run_processes(std::string(FSDP_BIN_DIR) + "/deferred_init_probe", {}, kWorld,
+                                     std::chrono::seconds(60), {{"OMP_NUM_THREADS", "1"}});
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorld));
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << ":\n" << r.output;
+    // 8 parameters: three Linear weights and biases, the LayerNorm's two.
+    EXPECT_NE(r.output.find("deferred_init_probe rank " + std::to_string(r.rank) + " of 4: 8 parameters match"),
+              std::string::npos)
+        << r.output;
+  }
 }
 
 TEST(DeferredInit, ParityAndNoRankHoldsMoreThanItsShardsPlusOneUnit) {

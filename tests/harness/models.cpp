@@ -1,6 +1,7 @@
 #include "harness/models.h"
 
 #include <ATen/ATen.h>
+#include <torch/nn/modules/normalization.h>
 
 namespace fsdp::testing {
 
@@ -23,6 +24,22 @@ MlpImpl::MlpImpl(int64_t in, int64_t hidden, int64_t out, bool units) {
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) {
   return layers->forward(x) * scale + shift.sum();
+}
+
+ResettableNetImpl::ResettableNetImpl(bool units) {
+  layers = register_module("layers", torch::nn::Sequential());
+  if (units) {
+    layers->push_back(fsdp::Sharded<torch::nn::Linear>(torch::nn::Linear(7, 16)));
+    layers->push_back(torch::nn::Tanh());
+    layers->push_back(fsdp::Sharded<torch::nn::Linear>(torch::nn::Linear(16, 16)));
+  } else {
+    layers->push_back(torch::nn::Linear(7, 16));
+    layers->push_back(torch::nn::Tanh());
+    layers->push_back(torch::nn::Linear(16, 16));
+  }
+  layers->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({16})));
+  layers->push_back(torch::nn::Linear(16, 3));
+  steps = register_buffer("steps", at::zeros({1}));
 }
 
 fsdp::models::GPTConfig tiny_gpt_config(bool shard_blocks) {

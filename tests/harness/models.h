@@ -24,6 +24,18 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// Built only from LibTorch modules with reset_parameters(), so deferred init
+// can use their own initialization; two Linear blocks are units.
+class ResettableNetImpl : public torch::nn::Module {
+ public:
+  explicit ResettableNetImpl(bool units);
+  at::Tensor forward(const at::Tensor& x) { return layers->forward(x); }
+
+  torch::nn::Sequential layers{nullptr};
+  at::Tensor steps;  // a buffer
+};
+TORCH_MODULE(ResettableNet);
+
 fsdp::models::GPTConfig tiny_gpt_config(bool shard_blocks);
 
 }  // namespace fsdp::testing

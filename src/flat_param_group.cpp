@@ -241,10 +241,47 @@ void FlatParamGroup::stash_sharded_grads() {
   }
 }
 
-void FlatParamGroup::scatter_grad_into(const at::Tensor& rows, int64_t param,
-                                       const at::Tensor& grad) const {
-  // The reduce input is [world, shard_numel + num_params]: each row is what
-  // one rank receives. A parameter's flat range may straddle rows.
+// [Note: gradient reduction without per-parameter work]
+// Each step a unit's reduction copies every full gradient into one flat
+// input and every reduced shard back out. Everything those copies need is
+// made once, at the unit's first reduction: the input buffer (its storage
+// freed between reductions, like the gathered parameters), each parameter's
+// full-shaped destination in it, and the flags' rows. So a step allocates no
+// tensor per parameter: one copy per parameter in, one flat copy or add out
+// (install_reduced_grads_flat), and the per-parameter path only when the
+// user replaced a gradient or some parameters accumulate and others do not.
+// A parameter whose range spans two rows of the input (at most world - 1 of
+// them per unit) is copied piece by piece.
+void FlatParamGroup::make_reduce_buffers() {
+  const int world = groups_.shard->size();
+  const int64_t shard = layout_.shard_numel();
+  const int64_t nparams = layout_.num_params();
+  const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_[0].device();
+  reduce_input_ = at::empty({world, shard + nparams},
+                            at::TensorOptions().dtype(config_.reduce_dtype).device(device));
+  for (int64_t i = 0; i < nparams; ++i) {
+    const auto& slot = layout_.slot(i);
+    const int64_t row = slot.offset / shard;
+    const bool one_row = slot.numel == 0 || (slot.offset + slot.numel - 1) / shard == row;
+    reduce_input_views_.push_back(
+        one_row ? reduce_input_[row].narrow(0, slot.offset % shard, slot.numel).view(shapes_[i])
+                : at::Tensor());
+  }
+  reduce_flags_ = reduce_input_.narrow(1, shard, nparams);
+  used_flags_.assign(static_cast<size_t>(nparams), 0.f);
+  if (nparams > 0) {
+    used_flags_rows_ = at::from_blob(used_flags_.data(), {1, nparams}, at::kFloat).expand({world, nparams});
+  }
+  compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
+}
+
+void FlatParamGroup::scatter_grad_into(int64_t param, const at::Tensor& grad) const {
+  const at::Tensor& destination = reduce_input_views_[static_cast<size_t>(param)];
+  if (destination.defined()) {
+    destination.copy_(grad);
+    return;
+  }
+  // Each row of the input is what one rank receives; this range straddles rows.
   const auto& slot = layout_.slot(param);
   const int64_t shard = layout_.shard_numel();
   at::Tensor flat = grad.reshape(-1);
@@ -254,7 +291,7 @@ void FlatParamGroup::scatter_grad_into(const at::Tensor& rows, int64_t param,
     const int64_t row = pos / shard;
     const int64_t col = pos % shard;
     const int64_t len = std::min(shard - col, slot.numel - src);
-    rows.select(0, row).narrow(0, col, len).copy_(flat.narrow(0, src, len));
+    reduce_input_[row].narrow(0, col, len).copy_(flat.narrow(0, src, len));
     pos += len;
     src += len;
   }
@@ -267,31 +304,33 @@ void FlatParamGroup::scatter_grad_into(const at::Tensor& rows, int64_t param,
 // carries one extra element per parameter: 1 where this rank produced a
 // gradient. After reduction each rank knows how many ranks used the
 // parameter, and leaves .grad() undefined when none did, like the reference.
+// A rank that used every parameter itself knows the answer without reading
+// the counts back (on CUDA, a host synchronization).
 void FlatParamGroup::reduce_grads_async() {
   TORCH_INTERNAL_ASSERT(!pending_reduce_, "a gradient reduction is already in flight");
   const int world = groups_.shard->size();
-  const int64_t shard = layout_.shard_numel();
   const int64_t nparams = layout_.num_params();
-  const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_[0].device();
   at::NoGradGuard no_grad;
-  reduce_input_ = at::zeros({world, shard + nparams},
-                            at::TensorOptions().dtype(config_.reduce_dtype).device(device));
-  std::vector<float> used_flags(static_cast<size_t>(nparams), 0.f);
+  if (!reduce_input_.defined()) make_reduce_buffers();
+  compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(),
+                               static_cast<size_t>(reduce_input_.numel() * reduce_input_.element_size()));
+  reduce_input_.zero_();
+  every_param_used_locally_ = true;
   for (int64_t i = 0; i < nparams; ++i) {
     at::Tensor& grad = params_[i].mutable_grad();
-    if (!grad.defined()) continue;
-    scatter_grad_into(reduce_input_, i, grad);
-    used_flags[static_cast<size_t>(i)] = 1.f;
+    used_flags_[static_cast<size_t>(i)] = grad.defined() ? 1.f : 0.f;
+    if (!grad.defined()) {
+      every_param_used_locally_ &= !params_[i].requires_grad();
+      continue;
+    }
+    scatter_grad_into(i, grad);
     // The full gradient is no longer needed: aliased parameters get the
     // reduced value written back in place, sharded ones get their shard.
     if (!aliased_) grad = at::Tensor();
   }
-  if (nparams > 0) {
-    reduce_input_.narrow(1, shard, nparams)
-        .copy_(at::from_blob(used_flags.data(), {1, nparams}, at::kFloat).expand({world, nparams}));
-  }
+  if (nparams > 0) reduce_flags_.copy_(used_flags_rows_);
   if (world > 1) {
-    reduce_output_ = at::empty({shard + nparams}, reduce_input_.options());
+    reduce_output_ = at::empty({reduce_input_.size(1)}, reduce_input_.options());
     pending_reduce_ = groups_.shard->reduce_scatter(reduce_output_, reduce_input_.view(-1),
                                                     ReduceOp::kSum);
   } else {
@@ -329,7 +368,6 @@ void FlatParamGroup::finish_grad_reduction() {
     if (world > 1) groups_.replicate->all_reduce(reduce_output_, ReduceOp::kSum)->wait();
     divisor *= groups_.replicate->size();
   }
-  reduce_input_.reset();
   const int64_t shard = layout_.shard_numel();
   const int64_t nparams = layout_.num_params();
   at::NoGradGuard no_grad;
@@ -337,9 +375,6 @@ void FlatParamGroup::finish_grad_reduction() {
   if (divisor > 1) reduced.div_(divisor);
   // Offload: one copy of the reduced shard to the host per unit.
   if (offload_) reduced = reduced.to(sharded_flat_.device(), /*non_blocking=*/false, /*copy=*/true);
-  at::Tensor users = reduce_output_.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
-  const float* user_count = users.data_ptr<float>();
-
   if (!sharded_grad_.defined()) {
     sharded_grad_ = at::zeros_like(sharded_flat_);
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -347,8 +382,50 @@ void FlatParamGroup::finish_grad_reduction() {
       sharded_grad_views_.push_back(plain_alias(sharded_grad_, view));
     }
   }
+  if (!install_reduced_grads_flat(reduced, every_param_used_locally_)) {
+    at::Tensor users = reduce_output_.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
+    install_reduced_grads_per_param(reduced, users.data_ptr<float>());
+  }
+  stashed_grads_.clear();
+  grads_stashed_ = false;
+  reduce_output_.reset();
+  compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
+}
+
+// The common cases, with one flat copy or add over the whole shard: every
+// trainable parameter that any rank used starts from no gradient, or every
+// one accumulates onto the gradient this unit gave it last time. Returns
+// false, having changed nothing, when the step needs the per-parameter path.
+bool FlatParamGroup::install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used) {
+  if (!every_param_used) return false;
+  // Aliased parameters hold what autograd accumulated so far, which the
+  // reduction already includes: their gradients are replaced, not added to,
+  // and only once they are this unit's views (after the first step).
+  bool all_fresh = !aliased_;
+  bool all_onto_own = true;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].requires_grad()) continue;
+    const at::Tensor& previous = aliased_ ? params_[i].grad()
+                                          : (stashed_grads_.empty() ? at::Tensor() : stashed_grads_[i]);
+    all_fresh &= !previous.defined();
+    all_onto_own &= previous.unsafeGetTensorImpl() == sharded_grad_views_[i].unsafeGetTensorImpl();
+  }
+  if (!all_fresh && !all_onto_own) return false;
+  // Frozen parameters' ranges hold zeros in `reduced`; no gradient points there.
+  if (all_fresh || aliased_) {
+    sharded_grad_.copy_(reduced);
+  } else {
+    sharded_grad_.add_(reduced);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].requires_grad()) params_[i].mutable_grad() = sharded_grad_views_[i];
+  }
+  return true;
+}
+
+void FlatParamGroup::install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count) {
   const int rank = shard_rank();
-  for (int64_t i = 0; i < nparams; ++i) {
+  for (int64_t i = 0; i < layout_.num_params(); ++i) {
     at::Tensor& param = params_[i];
     if (!param.requires_grad()) continue;
     const bool used = user_count[i] > 0.f;
@@ -358,16 +435,13 @@ void FlatParamGroup::finish_grad_reduction() {
     at::Tensor fresh = reduced.narrow(0, slice.shard_offset, slice.numel).view(sharded_grad_views_[i].sizes());
     at::Tensor& grad = param.mutable_grad();
     if (aliased_) {
-      // The parameter's gradient already holds everything accumulated so far
+      // The parameter's gradient already held everything accumulated so far
       // (identical on every rank before this backward), so the average of
-      // the sums is the old value plus the average of the new parts.
+      // the sums is the old value plus the average of the new parts. From
+      // here on it is this unit's view, so later steps take the flat path.
       if (!used) continue;
-      if (grad.defined()) {
-        grad.copy_(fresh);
-      } else {
-        sharded_grad_views_[i].copy_(fresh);
-        grad = sharded_grad_views_[i];
-      }
+      sharded_grad_views_[i].copy_(fresh);
+      grad = sharded_grad_views_[i];
       continue;
     }
     at::Tensor stashed = stashed_grads_.empty() ? at::Tensor() : std::move(stashed_grads_[i]);
@@ -381,9 +455,6 @@ void FlatParamGroup::finish_grad_reduction() {
       grad = at::Tensor();
     }
   }
-  stashed_grads_.clear();
-  grads_stashed_ = false;
-  reduce_output_.reset();
 }
 
 // -- introspection --------------------------------------------------------

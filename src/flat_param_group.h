@@ -128,7 +128,10 @@ class FlatParamGroup {
  private:
   enum class State { kSharded, kInFlight, kGathered };
   void point_params_at(const std::vector<at::Tensor>& views);
-  void scatter_grad_into(const at::Tensor& rows, int64_t param, const at::Tensor& grad) const;
+  void make_reduce_buffers();
+  void scatter_grad_into(int64_t param, const at::Tensor& grad) const;
+  bool install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used);
+  void install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count);
 
   std::vector<at::Tensor> params_;  // the user's leaf parameters
   std::vector<std::string> names_;
@@ -157,8 +160,17 @@ class FlatParamGroup {
   std::vector<at::Tensor> sharded_grad_views_;  // per param, like sharded_views_
   std::vector<at::Tensor> stashed_grads_;       // per param, during backward
   bool grads_stashed_ = false;
-  at::Tensor reduce_output_;                    // [shard_numel + num_params]
-  at::Tensor reduce_input_;                     // alive while the reduction runs
+  // See [Note: gradient reduction without per-parameter work]. Made at the
+  // first reduction; the input's storage is freed between reductions.
+  at::Tensor reduce_input_;  // [world, shard_numel + num_params], reduce dtype
+  std::vector<at::Tensor> reduce_input_views_;  // per param: its full-shaped
+                                                // destination, or undefined
+                                                // when it spans two rows
+  at::Tensor reduce_flags_;                     // [world, num_params] of reduce_input_
+  std::vector<float> used_flags_;               // this rank's flags, [num_params]
+  at::Tensor used_flags_rows_;                  // used_flags_ seen as [world, num_params]
+  bool every_param_used_locally_ = false;
+  at::Tensor reduce_output_;  // [shard_numel + num_params]
   WorkPtr pending_reduce_;
   bool reduce_started_ = false;
   bool holding_unsharded_grads_ = false;

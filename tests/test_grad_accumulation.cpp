@@ -183,6 +183,50 @@ std::vector<AccumCase> accumulation_cases() {
 INSTANTIATE_TEST_SUITE_P(Core, GradAccumulation, ::testing::ValuesIn(accumulation_cases()),
                          case_name);
 
+// Gradients accumulate onto whatever .grad() holds between backwards, also a
+// tensor the user put there in place of FSDP's own (that takes the
+// per-parameter path of [Note: gradient reduction without per-parameter
+// work]; the other parameters' accumulation stays on the flat one).
+TEST(GradAccumulationReplacedGrad, AccumulatesOntoTheUsersTensor) {
+  constexpr int kWorld = 2;
+  at::manual_seed(78);
+  at::Tensor x = at::randn({2, 4, 7});
+  Mlp reference(7, 10, 3, false);
+  Mlp initial(7, 10, 3, true);
+  copy_state(*initial, *reference);
+  auto twice_with_replaced_grad = [&](torch::nn::Module& module, auto&& forward, int rank) {
+    auto opt = make_optimizer(OptimizerKind::kSgd, module.parameters());
+    opt->zero_grad();
+    forward(local_rows(x[0], rank, kWorld)).pow(2).mean().backward();
+    at::Tensor& grad = module.named_parameters()["layers.2.weight"].mutable_grad();
+    grad = grad.clone().mul_(2);  // the user's own tensor, now with other values
+    forward(local_rows(x[1], rank, kWorld)).pow(2).mean().backward();
+    opt->step();
+  };
+  // The reference: each rank's half of both batches, and the replaced
+  // gradient doubled after the first, as the sharded run does.
+  {
+    auto opt = make_optimizer(OptimizerKind::kSgd, reference->parameters());
+    opt->zero_grad();
+    for (int r = 0; r < kWorld; ++r) {
+      (reference->forward(local_rows(x[0], r, kWorld)).pow(2).mean() / kWorld).backward();
+    }
+    at::Tensor& grad = reference->named_parameters()["layers.2.weight"].mutable_grad();
+    grad = grad.clone().mul_(2);
+    for (int r = 0; r < kWorld; ++r) {
+      (reference->forward(local_rows(x[1], r, kWorld)).pow(2).mean() / kWorld).backward();
+    }
+    opt->step();
+  }
+  run_ranks(kWorld, [&](RankContext& ctx) {
+    Mlp local(7, 10, 3, true);
+    copy_state(*local, *initial);
+    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    twice_with_replaced_grad(*model, [&](const at::Tensor& in) { return model->forward(in); }, ctx.rank);
+    expect_shards_match(*model, *reference, 1e-5, 1e-6, "rank " + std::to_string(ctx.rank));
+  });
+}
+
 // NoSyncGuard restores the previous setting, also when nested.
 TEST(GradAccumulationGuard, RestoresThePreviousSetting) {
   run_ranks(2, [](RankContext& ctx) {

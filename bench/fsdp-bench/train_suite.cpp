@@ -3,7 +3,8 @@
 // On N in-process ranks, the same run measures (a) the local step on the
 // per-rank batch, all ranks computing at once as they do under FSDP
 // (compute alone), (b) the step's collectives alone, with the unit sizes of
-// the sharded model, and (c) the FSDP step with prefetch on and off. Perfect
+// the sharded model, and (c) the FSDP step with prefetch on and off, all four
+// interleaved within each repetition. Perfect
 // overlap would make the FSDP step as long as the longer of (a) and (b):
 // ratio_to_limit = fsdp_step / max(compute, comm).
 
@@ -28,7 +29,7 @@ struct TrainConfig {
   int64_t width = 128;
   int64_t layers = 4;
   int64_t context = 128;
-  int reps = 8;
+  int reps = 20;
   int warmup = 2;
   bool json = false;
 };
@@ -43,32 +44,6 @@ models::GPTConfig gpt_config(const TrainConfig& c, bool shard_blocks) {
   return config;
 }
 
-// The slowest rank's median, which is what a synchronous step costs.
-class RankTimes {
- public:
-  void add(const Stats& s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (s.median_ms > worst_.median_ms) worst_ = s;
-  }
-  Stats worst() const { return worst_; }
-
- private:
-  std::mutex mu_;
-  Stats worst_;
-};
-
-template <class Step>
-Stats time_reps(const TrainConfig& c, ProcessGroup& group, Step step) {
-  std::vector<double> ms;
-  for (int rep = -c.warmup; rep < c.reps; ++rep) {
-    group.barrier()->wait();
-    const auto start = std::chrono::steady_clock::now();
-    step();
-    if (rep >= 0) ms.push_back(elapsed_ms(start));
-  }
-  return summarize(ms);
-}
-
 template <class Model>
 void train_step(Model& model, torch::optim::Optimizer& opt, const at::Tensor& tokens) {
   at::Tensor loss = models::lm_loss(model->forward(tokens), tokens);
@@ -77,68 +52,95 @@ void train_step(Model& model, torch::optim::Optimizer& opt, const at::Tensor& to
   opt.step();
 }
 
-Stats measure_compute(const TrainConfig& c) {
-  RankTimes times;
-  run_local_ranks(c.world_size, [&](int, ProcessGroupPtr group) {
-    models::GPT model(gpt_config(c, false));
-    torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
-    at::Tensor tokens = at::randint(0, 256, {c.batch, c.context});
-    times.add(time_reps(c, *group, [&] { train_step(model, opt, tokens); }));
-  });
-  return times.worst();
-}
-
-Stats measure_fsdp(const TrainConfig& c, bool prefetch, std::vector<UnitInfo>* units) {
-  RankTimes times;
-  std::mutex mu;
-  run_local_ranks(c.world_size, [&](int rank, ProcessGroupPtr group) {
-    auto model = fully_shard(models::GPT(gpt_config(c, true)),
-                             FullyShardOptions().process_group(group).prefetch(prefetch));
-    torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
-    at::Tensor tokens = at::randint(0, 256, {c.batch, c.context});
-    times.add(time_reps(c, *group, [&] { train_step(model, opt, tokens); }));
-    if (rank == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      *units = unit_infos(*model);
-    }
-  });
-  return times.worst();
-}
-
 // The collectives one FULL_SHARD step issues, alone: every unit gathered for
 // forward, every non-root unit again for backward, every unit's gradients
 // reduce-scattered (with its one flag per parameter).
-Stats measure_comm(const TrainConfig& c, const std::vector<UnitInfo>& units) {
-  RankTimes times;
-  run_local_ranks(c.world_size, [&](int, ProcessGroupPtr group) {
-    const int n = group->size();
-    std::vector<at::Tensor> gathered, shards, grads_in, grads_out;
-    for (const auto& u : units) {
-      gathered.push_back(at::empty({u.padded_numel}, u.compute_dtype));
-      shards.push_back(at::ones({u.shard_numel}, u.compute_dtype));
-      grads_in.push_back(at::ones({n * (u.shard_numel + u.num_params)}, u.reduce_dtype));
-      grads_out.push_back(at::empty({u.shard_numel + u.num_params}, u.reduce_dtype));
+class CommOnlyStep {
+ public:
+  CommOnlyStep(ProcessGroup& group, std::vector<UnitInfo> units) : group_(group), units_(std::move(units)) {
+    const int n = group.size();
+    for (const auto& u : units_) {
+      gathered_.push_back(at::empty({u.padded_numel}, u.compute_dtype));
+      shards_.push_back(at::ones({u.shard_numel}, u.compute_dtype));
+      grads_in_.push_back(at::ones({n * (u.shard_numel + u.num_params)}, u.reduce_dtype));
+      grads_out_.push_back(at::empty({u.shard_numel + u.num_params}, u.reduce_dtype));
     }
-    times.add(time_reps(c, *group, [&] {
-      std::vector<WorkPtr> work;
-      for (size_t i = 0; i < units.size(); ++i) work.push_back(group->all_gather(gathered[i], shards[i]));
-      for (size_t i = units.size(); i-- > 0;) {
-        if (!units[i].name.empty()) work.push_back(group->all_gather(gathered[i], shards[i]));
-        work.push_back(group->reduce_scatter(grads_out[i], grads_in[i], ReduceOp::kSum));
+  }
+  void operator()() {
+    std::vector<WorkPtr> work;
+    for (size_t i = 0; i < units_.size(); ++i) work.push_back(group_.all_gather(gathered_[i], shards_[i]));
+    for (size_t i = units_.size(); i-- > 0;) {
+      if (!units_[i].name.empty()) work.push_back(group_.all_gather(gathered_[i], shards_[i]));
+      work.push_back(group_.reduce_scatter(grads_out_[i], grads_in_[i], ReduceOp::kSum));
+    }
+    for (auto& w : work) w->wait();
+  }
+
+ private:
+  ProcessGroup& group_;
+  std::vector<UnitInfo> units_;
+  std::vector<at::Tensor> gathered_, shards_, grads_in_, grads_out_;
+};
+
+// The four measurements, each the slowest rank's (what a synchronous step
+// costs).
+enum Measurement { kCompute, kComm, kPrefetchOn, kPrefetchOff, kMeasurements };
+
+struct TrainTimes {
+  Stats of[kMeasurements];
+};
+
+// Every rank builds the local model and both FSDP models up front, and each
+// repetition runs the four steps back to back, in an order that rotates, so
+// the machine's drift (other processes, clock changes) hits all four alike
+// and the ratios compare steps taken moments apart.
+TrainTimes measure(const TrainConfig& c) {
+  TrainTimes worst;
+  std::mutex mu;
+  run_local_ranks(c.world_size, [&](int, ProcessGroupPtr group) {
+    models::GPT local(gpt_config(c, false));
+    torch::optim::AdamW local_opt(local->parameters(), torch::optim::AdamWOptions(1e-3));
+    auto on = fully_shard(models::GPT(gpt_config(c, true)), FullyShardOptions().process_group(group));
+    torch::optim::AdamW on_opt(on->parameters(), torch::optim::AdamWOptions(1e-3));
+    auto off = fully_shard(models::GPT(gpt_config(c, true)),
+                           FullyShardOptions().process_group(group).prefetch(false));
+    torch::optim::AdamW off_opt(off->parameters(), torch::optim::AdamWOptions(1e-3));
+    CommOnlyStep comm(*group, unit_infos(*on));
+    at::Tensor tokens = at::randint(0, 256, {c.batch, c.context});
+    auto run = [&](int which) {
+      switch (which) {
+        case kCompute: train_step(local, local_opt, tokens); break;
+        case kComm: comm(); break;
+        case kPrefetchOn: train_step(on, on_opt, tokens); break;
+        case kPrefetchOff: train_step(off, off_opt, tokens); break;
       }
-      for (auto& w : work) w->wait();
-    }));
+    };
+    std::vector<double> ms[kMeasurements];
+    for (int rep = -c.warmup; rep < c.reps; ++rep) {
+      for (int k = 0; k < kMeasurements; ++k) {
+        const int which = (k + rep + c.warmup) % kMeasurements;
+        group->barrier()->wait();
+        const auto start = std::chrono::steady_clock::now();
+        run(which);
+        if (rep >= 0) ms[which].push_back(elapsed_ms(start));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (int k = 0; k < kMeasurements; ++k) {
+      const Stats s = summarize(ms[k]);
+      if (s.median_ms > worst.of[k].median_ms) worst.of[k] = s;
+    }
   });
-  return times.worst();
+  return worst;
 }
 
 void run_train(const TrainConfig& c) {
   at::set_num_threads(threads_per_rank(c.world_size));
-  const Stats compute = measure_compute(c);
-  std::vector<UnitInfo> units;
-  const Stats fsdp_off = measure_fsdp(c, false, &units);
-  const Stats fsdp_on = measure_fsdp(c, true, &units);
-  const Stats comm = measure_comm(c, units);
+  const TrainTimes times = measure(c);
+  const Stats& compute = times.of[kCompute];
+  const Stats& comm = times.of[kComm];
+  const Stats& fsdp_on = times.of[kPrefetchOn];
+  const Stats& fsdp_off = times.of[kPrefetchOff];
   const double limit = std::max(compute.median_ms, comm.median_ms);
   const double tokens = static_cast<double>(c.batch * c.context * c.world_size);
   struct Row {
@@ -150,7 +152,8 @@ void run_train(const TrainConfig& c) {
                 "world size %d\n",
                 static_cast<long>(c.width), static_cast<long>(c.layers), static_cast<long>(c.context),
                 static_cast<long>(c.batch), c.world_size);
-    std::printf("machine: %s; %d reps after %d warm-up; slowest rank's median (min)\n\n",
+    std::printf("machine: %s; %d reps after %d warm-up, the four steps interleaved; slowest "
+                "rank's median (min)\n\n",
                 machine_line("gloo").c_str(), c.reps, c.warmup);
     Table table({"measurement", "median ms", "min ms", "ratio_to_limit", "tokens/s"});
     auto row = [&](const std::string& name, const Stats& s, bool ratio) {

@@ -1,0 +1,137 @@
+// State dicts and checkpoints under every shard layout: replicated across a
+// hybrid mesh, not sharded at all, sharded with gradients only, offloaded to
+// the host. Whatever the layout, the full state dict and the optimizer's
+// equal the single-process run, the ranks' primary ranges cover every
+// element exactly once (so a checkpoint writes each once), and a checkpoint
+// loads bitwise into a plain FULL_SHARD model at another world size.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "fsdp/checkpoint/training_state.h"
+#include "fsdp/fsdp.h"
+#include "harness/models.h"
+#include "harness/parity.h"
+#include "harness/rank_harness.h"
+#include "harness/temp_dir.h"
+#include "state_dict/optimizer_fields.h"
+
+namespace fsdp::testing {
+namespace {
+
+constexpr int kSteps = 3;
+constexpr int64_t kGlobalBatch = 12;
+
+struct LayoutCase {
+  std::string name;
+  int world_size;
+  ShardingStrategy strategy;
+  bool offload;
+};
+
+std::string case_name(const ::testing::TestParamInfo<LayoutCase>& info) { return info.param.name; }
+
+FullyShardOptions options_for(const LayoutCase& c, const ProcessGroupPtr& world) {
+  auto options = FullyShardOptions().strategy(c.strategy).offload(OffloadPolicy().offload_params(c.offload));
+  if (c.strategy == ShardingStrategy::kHybridShard || c.strategy == ShardingStrategy::kHybridShardZero2) {
+    return options.mesh(std::make_shared<DeviceMesh>(make_hybrid_mesh(world, 2)));
+  }
+  return options.process_group(world);
+}
+
+class StateDictLayouts : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(StateDictLayouts, FullDictsPrimaryRangesAndCheckpointReload) {
+  const LayoutCase& c = GetParam();
+  at::manual_seed(41);
+  at::Tensor inputs = at::randn({kSteps, kGlobalBatch, 7});
+  at::Tensor targets = at::randn({kSteps, kGlobalBatch, 3});
+  Mlp reference(7, 10, 3, true);
+  Mlp initial(7, 10, 3, true);
+  copy_state(*initial, *reference);
+  auto ref_opt = make_optimizer(OptimizerKind::kSgdMomentum, reference->parameters());
+  for (int step = 0; step < kSteps; ++step) {
+    ref_opt->zero_grad();
+    at::mse_loss(reference->forward(inputs[step]), targets[step]).backward();
+    ref_opt->step();
+  }
+  int64_t total_numel = 0;
+  for (const auto& p : reference->parameters()) total_numel += p.numel();
+
+  TempDir dir("fsdp-layouts");
+  const std::string checkpoint = dir / "ckpt";
+  StateDict saved;
+  OptimStateDict saved_optim;
+  run_ranks(c.world_size, [&](RankContext& ctx) {
+    const std::string who = c.name + ", rank " + std::to_string(ctx.rank);
+    Mlp local(7, 10, 3, true);
+    copy_state(*local, *initial);
+    auto model = fully_shard(local, options_for(c, ctx.group));
+    auto opt = make_optimizer(OptimizerKind::kSgdMomentum, model->parameters());
+    for (int step = 0; step < kSteps; ++step) {
+      opt->zero_grad();
+      at::mse_loss(model->forward(local_rows(inputs[step], ctx.rank, c.world_size)),
+                   local_rows(targets[step], ctx.rank, c.world_size))
+          .backward();
+      opt->step();
+    }
+    StateDict full = full_state_dict(*model);
+    OptimStateDict optim = full_optim_state_dict(*model, *opt);
+    if (ctx.rank == 0) {
+      for (const auto& p : reference->named_parameters()) {
+        ASSERT_NE(full.find(p.key()), nullptr) << who << ": " << p.key();
+        EXPECT_TRUE(at::allclose(full[p.key()], p.value(), 1e-5, 1e-6)) << who << ": " << p.key();
+        detail::OptimizerFields expected;
+        ASSERT_TRUE(detail::read_optimizer_state(*ref_opt, p.value(), &expected));
+        EXPECT_TRUE(at::allclose(optim.at(p.key()).tensors.at("momentum_buffer"),
+                                 expected.tensors.at("momentum_buffer"), 1e-5, 1e-6))
+            << who << ": " << p.key();
+      }
+      saved = std::move(full);
+      saved_optim = std::move(optim);
+    }
+    // Each element is some rank's primary range exactly once.
+    const auto params = model->named_parameters();
+    int64_t primary = 0;
+    for (const auto& item : sharded_state_dict(*model)) {
+      if (item.value().primary && params.find(item.key())) primary += item.value().local.numel();
+    }
+    at::Tensor count = at::full({1}, static_cast<double>(primary), at::kDouble);
+    ctx.group->all_reduce(count, ReduceOp::kSum)->wait();
+    EXPECT_EQ(count.item<double>(), static_cast<double>(total_numel)) << who;
+    ckpt::save_training_state(*ctx.group, checkpoint, *model, opt.get());
+  });
+
+  const int load_world = c.world_size == 2 ? 3 : 2;
+  run_ranks(load_world, [&](RankContext& ctx) {
+    at::manual_seed(42 + ctx.rank);
+    Mlp local(7, 10, 3, true);
+    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto opt = make_optimizer(OptimizerKind::kSgdMomentum, model->parameters());
+    ckpt::load_training_state(*ctx.group, checkpoint, *model, opt.get());
+    const StateDict loaded = full_state_dict(*model);
+    const OptimStateDict loaded_optim = full_optim_state_dict(*model, *opt);
+    if (ctx.rank != 0) return;
+    ASSERT_EQ(loaded.size(), saved.size());
+    for (const auto& item : saved) {
+      EXPECT_TRUE(loaded[item.key()].equal(item.value())) << c.name << ": " << item.key();
+      EXPECT_TRUE(loaded_optim.at(item.key()).tensors.at("momentum_buffer")
+                      .equal(saved_optim.at(item.key()).tensors.at("momentum_buffer")))
+          << c.name << ": " << item.key();
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, StateDictLayouts,
+    ::testing::Values(LayoutCase{"hybrid_2x2", 4, ShardingStrategy::kHybridShard, false},
+                      LayoutCase{"hybrid_zero2_2x2", 4, ShardingStrategy::kHybridShardZero2, false},
+                      LayoutCase{"no_shard_ws3", 3, ShardingStrategy::kNoShard, false},
+                      LayoutCase{"shard_grad_op_ws3", 3, ShardingStrategy::kShardGradOp, false},
+                      LayoutCase{"full_shard_offload_ws2", 2, ShardingStrategy::kFullShard, true}),
+    case_name);
+
+}  // namespace
+}  // namespace fsdp::testing

@@ -1,232 +1,29 @@
 // fsdp-run, tested as a real process: it launches tests/programs/launcher_probe
-// workers, and we check what they saw (environment), what fsdp-run printed,
-// its exit status, and that no worker outlives it.
+// workers, and we check what they saw (environment), what fsdp-run printed
+// and its exit status, and how it answers bad input. Failures, signals and
+// orphans are in test_launcher_faults.cpp.
 
 #include <gtest/gtest.h>
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
-#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
-extern char** environ;
+#include "harness/child_process.h"
+#include "harness/fsdp_run.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-const std::string kLauncher = FSDP_BIN_DIR "/fsdp-run";
-const std::string kProbe = FSDP_BIN_DIR "/launcher_probe";
-
-// Every wait in this file is an upper bound on a path that should end long
-// before it; none of them measures speed.
-constexpr auto kJobLimit = 60s;
-constexpr auto kStopLimit = 10s;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool file_exists(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0;
-}
-
-// A live process, not a zombie waiting for a parent that does not reap.
-bool process_alive(pid_t pid) {
-  if (kill(pid, 0) != 0) return false;
-  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  size_t paren = stat.rfind(')');
-  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
-}
-
-// Waits until `done()` or the limit; returns done().
-template <typename Pred>
-bool wait_until(Pred done, std::chrono::seconds limit) {
-  auto deadline = Clock::now() + limit;
-  while (!done()) {
-    if (Clock::now() >= deadline) return done();
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
-// A scratch directory for one test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/fsdp_launcher_XXXXXX";
-    char* made = mkdtemp(pattern);
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = made;
-  }
-  ~TempDir() {
-    if (DIR* d = opendir(path_.c_str())) {
-      while (dirent* e = readdir(d)) {
-        std::string name = e->d_name;
-        if (name != "." && name != "..") unlink((path_ + "/" + name).c_str());
-      }
-      closedir(d);
-    }
-    rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-struct Result {
-  int status = -1;  // as from waitpid
-  std::string out, err;
-  bool finished = false;  // false: we had to kill it at the limit
-
-  bool exited_with(int code) const { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
-  bool killed_by(int sig) const { return WIFSIGNALED(status) && WTERMSIG(status) == sig; }
-  std::string describe() const {
-    std::string how = !finished           ? "did not finish in time"
-                      : WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                          : "signal " + std::to_string(WTERMSIG(status));
-    return how + "\n--- stdout ---\n" + out + "--- stderr ---\n" + err;
-  }
-};
-
-// A running fsdp-run whose stdout/stderr go to files in `dir`.
-class Launch {
- public:
-  Launch(const TempDir& dir, const std::vector<std::string>& args,
-         const std::vector<std::string>& extra_env = {})
-      : out_path_(dir.file("launcher.out")), err_path_(dir.file("launcher.err")) {
-    std::vector<std::string> argv_s = {kLauncher};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    // Our environment, with `extra_env` ("NAME=value") replacing same-named entries.
-    auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
-    std::set<std::string> replaced;
-    for (const auto& e : extra_env) replaced.insert(name_of(e));
-    std::vector<std::string> env_s;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (replaced.count(name_of(*e)) == 0) env_s.emplace_back(*e);
-    }
-    env_s.insert(env_s.end(), extra_env.begin(), extra_env.end());
-    std::vector<char*> argv, envp;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env_s) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
-    int out_fd = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int err_fd = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out_fd, STDOUT_FILENO);
-      dup2(err_fd, STDERR_FILENO);
-      execve(argv[0], argv.data(), envp.data());
-      _exit(99);
-    }
-    close(out_fd);
-    close(err_fd);
-  }
-
-  ~Launch() {
-    if (!reaped_ && pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  pid_t pid() const { return pid_; }
-
-  // Waits for fsdp-run to exit (SIGKILLing it past `limit`) and collects output.
-  Result wait(std::chrono::seconds limit = kJobLimit) {
-    Result r;
-    auto deadline = Clock::now() + limit;
-    while (true) {
-      pid_t got = waitpid(pid_, &r.status, WNOHANG);
-      if (got == pid_) {
-        r.finished = true;
-        break;
-      }
-      if (Clock::now() >= deadline) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &r.status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    reaped_ = true;
-    r.out = read_file(out_path_);
-    r.err = read_file(err_path_);
-    return r;
-  }
-
- private:
-  std::string out_path_, err_path_;
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-};
-
-Result run_launcher(const std::vector<std::string>& args,
-                    const std::vector<std::string>& extra_env = {}) {
-  TempDir dir;
-  Launch launch(dir, args, extra_env);
-  return launch.wait();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::stringstream ss(text);
-  for (std::string line; std::getline(ss, line);) lines.push_back(line);
-  return lines;
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-std::vector<pid_t> read_pids(const TempDir& dir, const std::string& kind, int n) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    std::string text = read_file(dir.file(kind + "." + std::to_string(r)));
-    pids.push_back(text.empty() ? -1 : static_cast<pid_t>(std::stol(text)));
-  }
-  return pids;
-}
-
-// Every pid must be real (the probe wrote it) and gone within kStopLimit.
-void expect_all_gone(const std::vector<pid_t>& pids, const std::string& what) {
-  for (size_t r = 0; r < pids.size(); ++r) {
-    ASSERT_GT(pids[r], 0) << what << " " << r << " never wrote its pid";
-    EXPECT_TRUE(wait_until([&] { return !process_alive(pids[r]); }, kStopLimit))
-        << what << " " << r << " (pid " << pids[r] << ") is still running";
-  }
-}
-
-bool all_files_exist(const TempDir& dir, const std::string& kind, int n) {
-  for (int r = 0; r < n; ++r) {
-    if (!file_exists(dir.file(kind + "." + std::to_string(r)))) return false;
-  }
-  return true;
-}
+using namespace fsdp::testing;
+using Result = ChildResult;
 
 // ---- environment ------------------------------------------------------------
 
@@ -355,118 +152,6 @@ TEST(Launcher, OverlongLineIsCutEvery64KiB) {
   EXPECT_EQ(lines[2], "[rank 0] " + std::string(10, 'x'));
 }
 
-// ---- failures ---------------------------------------------------------------
-
-TEST(Launcher, FailingWorkerStopsTheOthersAndPassesOnItsExitCode) {
-  TempDir dir;
-  // Rank 1 waits until every rank (and rank 0's child) is up, then exits 3;
-  // the others would sleep for a minute.
-  Launch launch(dir, {"--nproc-per-node", "3", "--", kProbe, "--dir", dir.path(), "--spawn-child",
-                      "--write-pid", "--wait-all", "3", "--exit-rank", "1", "3", "--sleep",
-                      "60"});
-  Result r = launch.wait(kStopLimit);
-  ASSERT_TRUE(r.finished) << "fsdp-run did not stop within 10 s after rank 1 failed\n"
-                          << r.describe();
-  EXPECT_TRUE(r.exited_with(3)) << r.describe();
-  std::vector<pid_t> pids = read_pids(dir, "pid", 3);
-  EXPECT_TRUE(contains(r.err, "fsdp-run: rank 1 (pid " + std::to_string(pids[1]) +
-                                  ") exited with code 3; stopping the other 2 worker(s)"))
-      << r.describe();
-  expect_all_gone(pids, "rank");
-  // The workers' own children go with them (their process group is killed).
-  expect_all_gone(read_pids(dir, "child", 3), "child of rank");
-}
-
-TEST(Launcher, WorkerKilledBySignalIsNamedWithTheSignal) {
-  TempDir dir;
-  Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--write-pid",
-                      "--wait-all", "2", "--sigkill-rank", "1", "--sleep", "60"});
-  Result r = launch.wait(kStopLimit);
-  ASSERT_TRUE(r.finished) << r.describe();
-  EXPECT_TRUE(r.exited_with(128 + SIGKILL)) << r.describe();
-  std::vector<pid_t> pids = read_pids(dir, "pid", 2);
-  EXPECT_TRUE(contains(r.err, "fsdp-run: rank 1 (pid " + std::to_string(pids[1]) +
-                                  ") was killed by signal 9 (SIGKILL); stopping the other 1 "
-                                  "worker(s)"))
-      << r.describe();
-  expect_all_gone(pids, "rank");
-}
-
-TEST(Launcher, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
-  TempDir dir;
-  Launch launch(dir, {"--nproc-per-node", "2", "--grace-period", "0.5", "--", kProbe, "--dir",
-                      dir.path(), "--ignore-term", "--write-pid", "--wait-all", "2",
-                      "--exit-rank", "0", "5", "--sleep", "60"});
-  Result r = launch.wait(kStopLimit);
-  ASSERT_TRUE(r.finished) << r.describe();
-  EXPECT_TRUE(r.exited_with(5)) << r.describe();
-  EXPECT_TRUE(contains(r.err, "fsdp-run: rank 0 (pid ")) << r.describe();
-  EXPECT_TRUE(contains(r.err, "rank(s) 1 still running 0.5 s after being told to stop; sending "
-                              "SIGKILL"))
-      << r.describe();
-  expect_all_gone(read_pids(dir, "pid", 2), "rank");
-}
-
-TEST(Launcher, AllWorkersSucceedingExitsZeroWithNoLauncherMessages) {
-  Result r = run_launcher({"--nproc-per-node", "2", "--", kProbe, "--exit-rank", "7", "1"});
-  EXPECT_TRUE(r.exited_with(0)) << r.describe();
-  EXPECT_EQ(r.err, "") << r.describe();
-}
-
-// ---- signals to the launcher ----------------------------------------------------
-
-TEST(Launcher, SigtermToLauncherIsForwardedToEveryWorkerAndItsChildren) {
-  TempDir dir;
-  // Each worker traps SIGTERM, has a child that traps it too, and on the
-  // signal waits for that child before exiting.
-  Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--trap",
-                      "--spawn-child", "--write-pid", "--sleep", "60"});
-  ASSERT_TRUE(wait_until([&] { return all_files_exist(dir, "pid", 2); }, 30s))
-      << "workers never started";
-  ASSERT_EQ(kill(launch.pid(), SIGTERM), 0);
-  Result r = launch.wait(kStopLimit);
-  ASSERT_TRUE(r.finished) << r.describe();
-  EXPECT_TRUE(r.killed_by(SIGTERM)) << r.describe();
-  for (const char* marker : {"term.0", "term.1", "childterm.0", "childterm.1"}) {
-    EXPECT_TRUE(file_exists(dir.file(marker))) << "no " << marker << ": SIGTERM did not arrive\n"
-                                               << r.describe();
-  }
-  EXPECT_FALSE(file_exists(dir.file("int.0"))) << r.describe();
-  EXPECT_TRUE(contains(r.err, "fsdp-run: got SIGTERM; forwarding it to 2 worker(s)"))
-      << r.describe();
-  expect_all_gone(read_pids(dir, "pid", 2), "rank");
-  expect_all_gone(read_pids(dir, "child", 2), "child of rank");
-}
-
-TEST(Launcher, SigintToLauncherIsForwardedAsSigintAndLauncherDiesFromIt) {
-  TempDir dir;
-  Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--trap",
-                      "--write-pid", "--sleep", "60"});
-  ASSERT_TRUE(wait_until([&] { return all_files_exist(dir, "pid", 2); }, 30s))
-      << "workers never started";
-  ASSERT_EQ(kill(launch.pid(), SIGINT), 0);
-  Result r = launch.wait(kStopLimit);
-  ASSERT_TRUE(r.finished) << r.describe();
-  EXPECT_TRUE(r.killed_by(SIGINT)) << r.describe();
-  EXPECT_TRUE(file_exists(dir.file("int.0"))) << r.describe();
-  EXPECT_TRUE(file_exists(dir.file("int.1"))) << r.describe();
-  EXPECT_FALSE(file_exists(dir.file("term.0"))) << "SIGINT arrived as SIGTERM\n" << r.describe();
-  expect_all_gone(read_pids(dir, "pid", 2), "rank");
-}
-
-TEST(Launcher, SigkilledLauncherLeavesNoOrphans) {
-  // fsdp-run cannot clean up after SIGKILL; the workers' death signal must.
-  TempDir dir;
-  Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--write-pid",
-                      "--sleep", "60"});
-  ASSERT_TRUE(wait_until([&] { return all_files_exist(dir, "pid", 2); }, 30s))
-      << "workers never started";
-  ASSERT_EQ(kill(launch.pid(), SIGKILL), 0);
-  Result r = launch.wait(kStopLimit);
-  EXPECT_TRUE(r.killed_by(SIGKILL)) << r.describe();
-  expect_all_gone(read_pids(dir, "pid", 2), "rank");
-}
-
 // ---- bad input --------------------------------------------------------------------
 
 struct BadInputCase {
@@ -524,8 +209,8 @@ TEST(Launcher, MissingProgramIsReportedBeforeAnythingStarts) {
 TEST(Launcher, ProgramThatFailsToExecIsNamedWithTheReason) {
   // Executable bit set but no "#!" line: execve refuses it (ENOEXEC), which
   // only the worker can find out; fsdp-run must pass the reason on.
-  TempDir dir;
-  std::string script = dir.file("no_shebang");
+  TempDir dir("fsdp-launcher");
+  std::string script = dir / "no_shebang";
   {
     std::ofstream out(script);
     out << "echo hello\n";

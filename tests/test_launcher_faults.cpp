@@ -1,0 +1,160 @@
+// fsdp-run when things go wrong: a failing or killed worker stops the
+// others and is named, signals to the launcher reach every worker and its
+// children, and no worker outlives the launcher, even a SIGKILLed one.
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "harness/child_process.h"
+#include "harness/fsdp_run.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace fsdp::testing;
+using Result = ChildResult;
+
+std::vector<pid_t> read_pids(const TempDir& dir, const std::string& kind, int n) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    std::string text = read_file(dir / (kind + "." + std::to_string(r)));
+    pids.push_back(text.empty() ? -1 : static_cast<pid_t>(std::stol(text)));
+  }
+  return pids;
+}
+
+// Every pid must be real (the probe wrote it) and gone within kStopLimit.
+void expect_all_gone(const std::vector<pid_t>& pids, const std::string& what) {
+  for (size_t r = 0; r < pids.size(); ++r) {
+    ASSERT_GT(pids[r], 0) << what << " " << r << " never wrote its pid";
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pids[r]); }, kStopLimit))
+        << what << " " << r << " (pid " << pids[r] << ") is still running";
+  }
+}
+
+bool all_files_exist(const TempDir& dir, const std::string& kind, int n) {
+  for (int r = 0; r < n; ++r) {
+    if (!file_exists(dir / (kind + "." + std::to_string(r)))) return false;
+  }
+  return true;
+}
+
+// ---- failures ---------------------------------------------------------------
+
+TEST(Launcher, FailingWorkerStopsTheOthersAndPassesOnItsExitCode) {
+  TempDir dir("fsdp-launcher");
+  // Rank 1 waits until every rank (and rank 0's child) is up, then exits 3;
+  // the others would sleep for a minute.
+  Launch launch(dir, {"--nproc-per-node", "3", "--", kProbe, "--dir", dir.path(), "--spawn-child",
+                      "--write-pid", "--wait-all", "3", "--exit-rank", "1", "3", "--sleep",
+                      "60"});
+  Result r = launch.wait(kStopLimit);
+  ASSERT_TRUE(r.finished) << "fsdp-run did not stop within 10 s after rank 1 failed\n"
+                          << r.describe();
+  EXPECT_TRUE(r.exited_with(3)) << r.describe();
+  std::vector<pid_t> pids = read_pids(dir, "pid", 3);
+  EXPECT_TRUE(contains(r.err, "fsdp-run: rank 1 (pid " + std::to_string(pids[1]) +
+                                  ") exited with code 3; stopping the other 2 worker(s)"))
+      << r.describe();
+  expect_all_gone(pids, "rank");
+  // The workers' own children go with them (their process group is killed).
+  expect_all_gone(read_pids(dir, "child", 3), "child of rank");
+}
+
+TEST(Launcher, WorkerKilledBySignalIsNamedWithTheSignal) {
+  TempDir dir("fsdp-launcher");
+  Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--write-pid",
+                      "--wait-all", "2", "--sigkill-rank", "1", "--sleep", "60"});
+  Result r = launch.wait(kStopLimit);
+  ASSERT_TRUE(r.finished) << r.describe();
+  EXPECT_TRUE(r.exited_with(128 + SIGKILL)) << r.describe();
+  std::vector<pid_t> pids = read_pids(dir, "pid", 2);
+  EXPECT_TRUE(contains(r.err, "fsdp-run: rank 1 (pid " + std::to_string(pids[1]) +
+                                  ") was killed by signal 9 (SIGKILL); stopping the other 1 "
+                                  "worker(s)"))
+      << r.describe();
+  expect_all_gone(pids, "rank");
+}
+
+TEST(Launcher, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  TempDir dir("fsdp-launcher");
+  Launch launch(dir, {"--nproc-per-node", "2", "--grace-period", "0.5", "--", kProbe, "--dir",
+                      dir.path(), "--ignore-term", "--write-pid", "--wait-all", "2",
+                      "--exit-rank", "0", "5", "--sleep", "60"});
+  Result r = launch.wait(kStopLimit);
+  ASSERT_TRUE(r.finished) << r.describe();
+  EXPECT_TRUE(r.exited_with(5)) << r.describe();
+  EXPECT_TRUE(contains(r.err, "fsdp-run: rank 0 (pid ")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "rank(s) 1 still running 0.5 s after being told to stop; sending "
+                              "SIGKILL"))
+      << r.describe();
+  expect_all_gone(read_pids(dir, "pid", 2), "rank");
+}
+
+TEST(Launcher, AllWorkersSucceedingExitsZeroWithNoLauncherMessages) {
+  Result r = run_launcher({"--nproc-per-node", "2", "--", kProbe, "--exit-rank", "7", "1"});
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.err, "") << r.describe();
+}
+
+// ---- signals to the launcher ----------------------------------------------------
+
+TEST(Launcher, SigtermToLauncherIsForwardedToEveryWorkerAndItsChildren) {
+  TempDir dir("fsdp-launcher");
+  // Each worker traps SIGTERM, has a child that traps it too, and on the
+  // signal waits for that child before exiting.
+  Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--trap",
+                      "--spawn-child", "--write-pid", "--sleep", "60"});
+  ASSERT_TRUE(wait_until([&] { return all_files_exist(dir, "pid", 2); }, 30s))
+      << "workers never started";
+  ASSERT_EQ(kill(launch.pid(), SIGTERM), 0);
+  Result r = launch.wait(kStopLimit);
+  ASSERT_TRUE(r.finished) << r.describe();
+  EXPECT_TRUE(r.killed_by(SIGTERM)) << r.describe();
+  for (const char* marker : {"term.0", "term.1", "childterm.0", "childterm.1"}) {
+    EXPECT_TRUE(file_exists(dir / marker)) << "no " << marker << ": SIGTERM did not arrive\n"
+                                               << r.describe();
+  }
+  EXPECT_FALSE(file_exists(dir / "int.0")) << r.describe();
+  EXPECT_TRUE(contains(r.err, "fsdp-run: got SIGTERM; forwarding it to 2 worker(s)"))
+      << r.describe();
+  expect_all_gone(read_pids(dir, "pid", 2), "rank");
+  expect_all_gone(read_pids(dir, "child", 2), "child of rank");
+}
+
+TEST(Launcher, SigintToLauncherIsForwardedAsSigintAndLauncherDiesFromIt) {
+  TempDir dir("fsdp-launcher");
+  Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--trap",
+                      "--write-pid", "--sleep", "60"});
+  ASSERT_TRUE(wait_until([&] { return all_files_exist(dir, "pid", 2); }, 30s))
+      << "workers never started";
+  ASSERT_EQ(kill(launch.pid(), SIGINT), 0);
+  Result r = launch.wait(kStopLimit);
+  ASSERT_TRUE(r.finished) << r.describe();
+  EXPECT_TRUE(r.killed_by(SIGINT)) << r.describe();
+  EXPECT_TRUE(file_exists(dir / "int.0")) << r.describe();
+  EXPECT_TRUE(file_exists(dir / "int.1")) << r.describe();
+  EXPECT_FALSE(file_exists(dir / "term.0")) << "SIGINT arrived as SIGTERM\n" << r.describe();
+  expect_all_gone(read_pids(dir, "pid", 2), "rank");
+}
+
+TEST(Launcher, SigkilledLauncherLeavesNoOrphans) {
+  // fsdp-run cannot clean up after SIGKILL; the workers' death signal must.
+  TempDir dir("fsdp-launcher");
+  Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--write-pid",
+                      "--sleep", "60"});
+  ASSERT_TRUE(wait_until([&] { return all_files_exist(dir, "pid", 2); }, 30s))
+      << "workers never started";
+  ASSERT_EQ(kill(launch.pid(), SIGKILL), 0);
+  Result r = launch.wait(kStopLimit);
+  EXPECT_TRUE(r.killed_by(SIGKILL)) << r.describe();
+  expect_all_gone(read_pids(dir, "pid", 2), "rank");
+}
+
+}  // namespace

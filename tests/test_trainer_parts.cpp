@@ -1,0 +1,89 @@
+// fsdp-train's pure parts, compiled in from tools/fsdp-train/: the batch
+// sampler, the learning-rate schedule and the batch-split option checks.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "corpus.h"
+#include "lr_schedule.h"
+#include "train_options.h"
+
+namespace {
+
+fsdp_train::ByteCorpus small_corpus() {
+  fsdp_train::ByteCorpus corpus;
+  for (int i = 0; i < 900; ++i) corpus.train.push_back(static_cast<uint8_t>('a' + i % 26));
+  for (int i = 0; i < 100; ++i) corpus.val.push_back(static_cast<uint8_t>('A' + i % 26));
+  return corpus;
+}
+
+TEST(TrainerSampler, RankSlicesAndMicroBatchesRebuildTheGlobalBatch) {
+  const auto corpus = small_corpus();
+  fsdp_train::BatchSampler sampler(corpus, 16, 7);
+  const auto whole = sampler.rows(fsdp_train::Split::kTrain, 5, 0, 8);
+  // 2 ranks x 2 micro-batches of 2 rows each, concatenated in rank order.
+  std::vector<at::Tensor> parts;
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int m = 0; m < 2; ++m) parts.push_back(sampler.rows(fsdp_train::Split::kTrain, 5, rank * 4 + m * 2, 2).inputs);
+  }
+  EXPECT_TRUE(at::equal(at::cat(parts), whole.inputs));
+  EXPECT_TRUE(at::equal(whole.inputs.narrow(1, 1, 15), whole.targets.narrow(1, 0, 15)));
+  EXPECT_EQ(whole.inputs.sizes(), (std::vector<int64_t>{8, 16}));
+}
+
+TEST(TrainerSampler, DependsOnSeedStepAndSplitOnly) {
+  const auto corpus = small_corpus();
+  fsdp_train::BatchSampler a(corpus, 16, 7), b(corpus, 16, 7), other_seed(corpus, 16, 8);
+  EXPECT_TRUE(at::equal(a.rows(fsdp_train::Split::kTrain, 3, 0, 8).inputs,
+                        b.rows(fsdp_train::Split::kTrain, 3, 0, 8).inputs));
+  EXPECT_FALSE(at::equal(a.rows(fsdp_train::Split::kTrain, 3, 0, 8).inputs,
+                         a.rows(fsdp_train::Split::kTrain, 4, 0, 8).inputs));
+  EXPECT_FALSE(at::equal(a.rows(fsdp_train::Split::kTrain, 3, 0, 8).inputs,
+                         other_seed.rows(fsdp_train::Split::kTrain, 3, 0, 8).inputs));
+  // Validation windows come from the validation bytes (upper case here).
+  const auto val = a.rows(fsdp_train::Split::kVal, 0, 0, 8);
+  EXPECT_TRUE((val.inputs >= 'A').all().item<bool>() && (val.inputs <= 'Z').all().item<bool>());
+  // Every window stays inside its split.
+  for (int64_t row = 0; row < 1000; ++row) {
+    const int64_t start = a.window_start(fsdp_train::Split::kVal, 1, row);
+    EXPECT_GE(start, 0);
+    EXPECT_LE(start + 16, 99);
+  }
+}
+
+TEST(TrainerSchedule, WarmsUpThenDecaysToMinLr) {
+  const fsdp_train::LrSchedule s{1e-2, 1e-3, 10, 110};
+  EXPECT_DOUBLE_EQ(s.at(1), 1e-3);
+  EXPECT_DOUBLE_EQ(s.at(10), 1e-2);
+  EXPECT_NEAR(s.at(60), (1e-2 + 1e-3) / 2, 1e-12);  // half-way down the cosine
+  EXPECT_DOUBLE_EQ(s.at(110), 1e-3);
+  for (int64_t step = 11; step < 110; ++step) EXPECT_LT(s.at(step + 1), s.at(step));
+}
+
+TEST(TrainerOptions, BatchSplitFollowsWorldSizeMicroBatchAndAccumulation) {
+  fsdp_train::TrainOptions o;
+  o.batch = 32;
+  fsdp_train::BatchLayout layout;
+  ASSERT_TRUE(fsdp_train::check_options(o, 2, &layout).empty());
+  EXPECT_EQ(layout.per_rank, 16);
+  EXPECT_EQ(layout.micro_batch, 16);
+  EXPECT_EQ(layout.grad_accum, 1);
+  o.micro_batch = 4;
+  ASSERT_TRUE(fsdp_train::check_options(o, 2, &layout).empty());
+  EXPECT_EQ(layout.grad_accum, 4);
+  o.micro_batch = 0;
+  o.grad_accum = 8;
+  ASSERT_TRUE(fsdp_train::check_options(o, 4, &layout).empty());
+  EXPECT_EQ(layout.micro_batch, 1);
+  o.grad_accum = 3;
+  const auto errors = fsdp_train::check_options(o, 2, &layout);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("--grad-accum 3 does not divide the per-rank batch 16"), std::string::npos)
+      << errors[0];
+}
+
+}  // namespace

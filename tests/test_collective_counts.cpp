@@ -55,17 +55,6 @@ Expected expected_counts(const CountCase& c) {
   return {};
 }
 
-CommCounters diff(const CommCounters& after, const CommCounters& before) {
-  CommCounters d;
-  d.all_gather = after.all_gather - before.all_gather;
-  d.reduce_scatter = after.reduce_scatter - before.reduce_scatter;
-  d.all_reduce = after.all_reduce - before.all_reduce;
-  d.broadcast = after.broadcast - before.broadcast;
-  d.barrier = after.barrier - before.barrier;
-  d.bytes_sent = after.bytes_sent - before.bytes_sent;
-  return d;
-}
-
 class CollectiveCounts : public ::testing::TestWithParam<CountCase> {};
 
 TEST_P(CollectiveCounts, OneTrainingStep) {
@@ -97,8 +86,8 @@ TEST_P(CollectiveCounts, OneTrainingStep) {
       global_mean(*ctx.group, loss.item<double>());
       if (step == 0) continue;  // the first step also validates the unit order
 
-      const CommCounters fwd = diff(after_forward, start);
-      const CommCounters bwd = diff(after_backward, after_forward);
+      const CommCounters fwd = after_forward - start;
+      const CommCounters bwd = after_backward - after_forward;
       const std::string where = "rank " + std::to_string(ctx.rank) + " step " + std::to_string(step);
       EXPECT_EQ(fwd.all_gather, expected.forward_all_gathers) << where << ": forward all-gathers";
       EXPECT_EQ(bwd.all_gather, expected.backward_all_gathers) << where << ": backward all-gathers";
@@ -148,7 +137,7 @@ TEST(CollectiveCountsBytes, ForwardAllGathersSendEachShardOnce) {
         at::Tensor x = local_rows(tokens[step], ctx.rank, ctx.world_size);
         const CommCounters start = ctx.group->counters();
         at::Tensor logits = model->forward(x);
-        const CommCounters fwd = diff(ctx.group->counters(), start);
+        const CommCounters fwd = ctx.group->counters() - start;
         logits.sum().backward();
         if (step == 0) continue;
         EXPECT_EQ(fwd.bytes_sent, (ctx.world_size - 1) * shard_bytes)
@@ -173,7 +162,7 @@ TEST(CollectiveCountsWorldSizeOne, NoCollectivesAfterTheFirstStep) {
       opt->zero_grad();
       loss.backward();
       opt->step();
-      const CommCounters d = diff(ctx.group->counters(), start);
+      const CommCounters d = ctx.group->counters() - start;
       if (step == 0) continue;
       EXPECT_EQ(d.all_gather + d.reduce_scatter + d.all_reduce + d.broadcast, 0)
           << "step " << step;

@@ -63,6 +63,18 @@ struct CommCounters {
   int64_t bytes_sent = 0;  // payload bytes this rank put on the wire
 };
 
+// What was issued between two readings: `after - before`, field by field.
+inline CommCounters operator-(const CommCounters& after, const CommCounters& before) {
+  CommCounters d;
+  d.all_gather = after.all_gather - before.all_gather;
+  d.reduce_scatter = after.reduce_scatter - before.reduce_scatter;
+  d.all_reduce = after.all_reduce - before.all_reduce;
+  d.broadcast = after.broadcast - before.broadcast;
+  d.barrier = after.barrier - before.barrier;
+  d.bytes_sent = after.bytes_sent - before.bytes_sent;
+  return d;
+}
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;

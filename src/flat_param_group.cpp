@@ -392,30 +392,33 @@ void FlatParamGroup::finish_grad_reduction() {
   compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
 }
 
-// The common cases, with one flat copy or add over the whole shard: every
-// trainable parameter that any rank used starts from no gradient, or every
-// one accumulates onto the gradient this unit gave it last time. Returns
-// false, having changed nothing, when the step needs the per-parameter path.
+// The common cases, with one flat copy or add over the whole shard, once
+// every trainable parameter has a gradient: aliased units always (their
+// gradients held what autograd accumulated, which the reduction already
+// includes, so they are replaced); sharded units when every parameter starts
+// from no gradient, or every one accumulates onto the view this unit gave it
+// last time. Returns false, having changed nothing, when the step needs the
+// per-parameter path.
 bool FlatParamGroup::install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used) {
   if (!every_param_used) return false;
-  // Aliased parameters hold what autograd accumulated so far, which the
-  // reduction already includes: their gradients are replaced, not added to,
-  // and only once they are this unit's views (after the first step).
-  bool all_fresh = !aliased_;
-  bool all_onto_own = true;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!params_[i].requires_grad()) continue;
-    const at::Tensor& previous = aliased_ ? params_[i].grad()
-                                          : (stashed_grads_.empty() ? at::Tensor() : stashed_grads_[i]);
-    all_fresh &= !previous.defined();
-    all_onto_own &= previous.unsafeGetTensorImpl() == sharded_grad_views_[i].unsafeGetTensorImpl();
+  bool accumulate = false;
+  if (!aliased_) {
+    bool all_fresh = true;
+    bool all_onto_own = true;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i].requires_grad()) continue;
+      const at::Tensor& previous = stashed_grads_.empty() ? at::Tensor() : stashed_grads_[i];
+      all_fresh &= !previous.defined();
+      all_onto_own &= previous.unsafeGetTensorImpl() == sharded_grad_views_[i].unsafeGetTensorImpl();
+    }
+    if (!all_fresh && !all_onto_own) return false;
+    accumulate = !all_fresh;
   }
-  if (!all_fresh && !all_onto_own) return false;
   // Frozen parameters' ranges hold zeros in `reduced`; no gradient points there.
-  if (all_fresh || aliased_) {
-    sharded_grad_.copy_(reduced);
-  } else {
+  if (accumulate) {
     sharded_grad_.add_(reduced);
+  } else {
+    sharded_grad_.copy_(reduced);
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].requires_grad()) params_[i].mutable_grad() = sharded_grad_views_[i];
@@ -437,8 +440,7 @@ void FlatParamGroup::install_reduced_grads_per_param(const at::Tensor& reduced, 
     if (aliased_) {
       // The parameter's gradient already held everything accumulated so far
       // (identical on every rank before this backward), so the average of
-      // the sums is the old value plus the average of the new parts. From
-      // here on it is this unit's view, so later steps take the flat path.
+      // the sums is the old value plus the average of the new parts.
       if (!used) continue;
       sharded_grad_views_[i].copy_(fresh);
       grad = sharded_grad_views_[i];

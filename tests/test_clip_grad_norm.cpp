@@ -43,6 +43,9 @@ std::string case_name(const ::testing::TestParamInfo<ClipCase>& info) {
          to_string(c.strategy) + "_" + to_string(c.optimizer);
 }
 
+// ctest lists each case with its parameter: print it as the case name.
+void PrintTo(const ClipCase& c, std::ostream* os) { *os << case_name({c, 0}); }
+
 // Small enough to clip every step for these models and losses.
 double max_norm_for(const ClipCase& c) {
   if (std::isinf(c.norm_type)) return 0.005;

@@ -43,6 +43,9 @@ std::string case_name(const ::testing::TestParamInfo<CountCase>& info) {
          (c.nested ? "_nested" : "_rootonly") + "_layers" + std::to_string(c.n_layer);
 }
 
+// ctest lists each case with its parameter: print it as the case name.
+void PrintTo(const CountCase& c, std::ostream* os) { *os << case_name({c, 0}); }
+
 Expected expected_counts(const CountCase& c) {
   const int64_t k = c.nested ? c.n_layer : 0;
   switch (c.strategy) {

@@ -42,6 +42,9 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
          std::to_string(info.param.shard_numel);
 }
 
+// ctest lists each case with its parameter: print it as the case name.
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name({c, 0}); }
+
 class CollectiveTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CollectiveTest, AllGatherPlacesEachRanksInputAtItsOffset) {

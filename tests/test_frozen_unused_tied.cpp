@@ -128,6 +128,9 @@ struct FrozenCase {
   ShardingStrategy strategy;
   OptimizerKind optimizer;
 };
+void PrintTo(const FrozenCase& c, std::ostream* os) {  // how ctest lists the case
+  *os << "ws" << c.world_size << "_" << fsdp::to_string(c.strategy) << "_" << to_string(c.optimizer);
+}
 
 class FrozenParams : public ::testing::TestWithParam<FrozenCase> {};
 
@@ -212,6 +215,9 @@ struct UnusedCase {
   ShardingStrategy strategy;
   OptimizerKind optimizer;
 };
+void PrintTo(const UnusedCase& c, std::ostream* os) {  // how ctest lists the case
+  *os << "ws" << c.world_size << "_" << fsdp::to_string(c.strategy) << "_" << to_string(c.optimizer);
+}
 
 class UnusedParams : public ::testing::TestWithParam<UnusedCase> {};
 

@@ -281,6 +281,9 @@ struct MultiForwardCase {
   ShardingStrategy strategy;
   OptimizerKind optimizer;
 };
+void PrintTo(const MultiForwardCase& c, std::ostream* os) {  // how ctest lists the case
+  *os << "ws" << c.world_size << "_" << fsdp::to_string(c.strategy) << "_" << to_string(c.optimizer);
+}
 
 class SeveralForwardsOneBackward : public ::testing::TestWithParam<MultiForwardCase> {};
 

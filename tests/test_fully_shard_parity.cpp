@@ -39,6 +39,9 @@ std::string case_name(const ::testing::TestParamInfo<ParityCase>& info) {
          (c.nested ? "_nested_" : "_rootonly_") + to_string(c.optimizer);
 }
 
+// ctest lists each case with its parameter: print it as the case name.
+void PrintTo(const ParityCase& c, std::ostream* os) { *os << case_name({c, 0}); }
+
 // Trains a reference in one process and the same model under FSDP on
 // `world_size` ranks, and compares losses every step and shards at the end.
 template <class Holder, class MakeModel, class LossFn>

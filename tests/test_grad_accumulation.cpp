@@ -53,6 +53,9 @@ std::string case_name(const ::testing::TestParamInfo<AccumCase>& info) {
          to_string(c.optimizer) + "_" + fsdp::to_string(c.strategy);
 }
 
+// ctest lists each case with its parameter: print it as the case name.
+void PrintTo(const AccumCase& c, std::ostream* os) { *os << case_name({c, 0}); }
+
 template <class Holder, class MakeModel, class LossFn>
 void check_accumulation(const AccumCase& c, MakeModel make_model, const at::Tensor& inputs,
                         const at::Tensor& targets, LossFn loss_fn) {

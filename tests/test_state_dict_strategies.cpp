@@ -33,6 +33,9 @@ struct LayoutCase {
 
 std::string case_name(const ::testing::TestParamInfo<LayoutCase>& info) { return info.param.name; }
 
+// ctest lists each case with its parameter: print it as the case name.
+void PrintTo(const LayoutCase& c, std::ostream* os) { *os << case_name({c, 0}); }
+
 FullyShardOptions options_for(const LayoutCase& c, const ProcessGroupPtr& world) {
   auto options = FullyShardOptions().strategy(c.strategy).offload(OffloadPolicy().offload_params(c.offload));
   if (c.strategy == ShardingStrategy::kHybridShard || c.strategy == ShardingStrategy::kHybridShardZero2) {

@@ -248,8 +248,9 @@ void FlatParamGroup::stash_sharded_grads() {
 // freed between reductions, like the gathered parameters), each parameter's
 // full-shaped destination in it, and the flags' rows. So a step allocates no
 // tensor per parameter: one copy per parameter in, one flat copy or add out
-// (install_reduced_grads_flat), and the per-parameter path only when the
-// user replaced a gradient or some parameters accumulate and others do not.
+// (install_reduced_grads_flat), and the per-parameter path only when this
+// rank left a parameter without a gradient, the user replaced a gradient, or
+// some parameters accumulate and others do not.
 // A parameter whose range spans two rows of the input (at most world - 1 of
 // them per unit) is copied piece by piece.
 void FlatParamGroup::make_reduce_buffers() {
@@ -407,9 +408,12 @@ bool FlatParamGroup::install_reduced_grads_flat(const at::Tensor& reduced, bool 
     bool all_onto_own = true;
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!params_[i].requires_grad()) continue;
-      const at::Tensor& previous = stashed_grads_.empty() ? at::Tensor() : stashed_grads_[i];
-      all_fresh &= !previous.defined();
-      all_onto_own &= previous.unsafeGetTensorImpl() == sharded_grad_views_[i].unsafeGetTensorImpl();
+      // Pointer compares only: no tensor is copied per parameter here.
+      const c10::TensorImpl* previous =
+          stashed_grads_.empty() || !stashed_grads_[i].defined() ? nullptr
+                                                                 : stashed_grads_[i].unsafeGetTensorImpl();
+      all_fresh &= previous == nullptr;
+      all_onto_own &= previous == sharded_grad_views_[i].unsafeGetTensorImpl();
     }
     if (!all_fresh && !all_onto_own) return false;
     accumulate = !all_fresh;

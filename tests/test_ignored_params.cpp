@@ -30,11 +30,11 @@ FullyShardOptions ignoring_last_linear_and_scale(Mlp& local, const ProcessGroupP
       .ignored_params({local->scale});
 }
 
-// One AdamW step on rank-local rows, the user averaging the ignored gradients.
-void train_one_step(RankContext& ctx, UnitModule& model, torch::optim::Optimizer& opt, int world) {
+// One AdamW step on this rank's rows of `x`, the user averaging the ignored
+// gradients.
+void train_one_step(RankContext& ctx, UnitModule& model, torch::optim::Optimizer& opt,
+                    const at::Tensor& x, int world) {
   auto* root = dynamic_cast<ShardedImpl<MlpImpl>*>(&model);
-  at::manual_seed(52);
-  at::Tensor x = at::randn({6, 7});
   at::Tensor loss = root->forward(local_rows(x, ctx.rank, world)).pow(2).mean();
   opt.zero_grad();
   loss.backward();
@@ -123,6 +123,7 @@ TEST(IgnoredParams, ParityWhenTheUserAllReducesTheirGradients) {
 TEST(IgnoredParams, StateDictsAndCheckpointsKeepThem) {
   at::manual_seed(53);
   Mlp initial(7, 10, 3, true);
+  const at::Tensor x = at::randn({6, 7});  // drawn here: rank threads share the generator
   TempDir dir("fsdp-ignored");
   const std::string checkpoint = dir / "step1";
   StateDict saved;           // rank 0's full state dict after one step
@@ -139,7 +140,7 @@ TEST(IgnoredParams, StateDictsAndCheckpointsKeepThem) {
       }
     }
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
-    train_one_step(ctx, *model, *opt, 2);
+    train_one_step(ctx, *model, *opt, x, 2);
     ckpt::save_training_state(*ctx.group, checkpoint, *model, opt.get(), {});
     StateDict after = full_state_dict(*model);
     OptimStateDict after_opt = full_optim_state_dict(*model, *opt);

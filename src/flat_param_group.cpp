@@ -270,9 +270,8 @@ void FlatParamGroup::make_reduce_buffers() {
   }
   reduce_flags_ = reduce_input_.narrow(1, shard, nparams);
   used_flags_.assign(static_cast<size_t>(nparams), 0.f);
-  if (nparams > 0) {
-    used_flags_rows_ = at::from_blob(used_flags_.data(), {1, nparams}, at::kFloat).expand({world, nparams});
-  }
+  device_flags_ = at::empty({1, nparams}, reduce_input_.options());
+  device_flags_values_.clear();  // nothing copied yet
   compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
 }
 
@@ -307,6 +306,18 @@ void FlatParamGroup::scatter_grad_into(int64_t param, const at::Tensor& grad) co
 // parameter, and leaves .grad() undefined when none did, like the reference.
 // A rank that used every parameter itself knows the answer without reading
 // the counts back (on CUDA, a host synchronization).
+// Getting the flags onto the device is a host-to-device copy, which on CUDA
+// waits for the compute stream. So the flags stay on the device and are
+// copied again only when they change: never for a unit whose parameters are
+// all used, or whose frozen ones stay frozen.
+void FlatParamGroup::write_used_flags() {
+  if (used_flags_ != device_flags_values_) {
+    device_flags_.copy_(at::from_blob(used_flags_.data(), device_flags_.sizes(), at::kFloat));
+    device_flags_values_ = used_flags_;
+  }
+  reduce_flags_.copy_(device_flags_.expand_as(reduce_flags_));
+}
+
 void FlatParamGroup::reduce_grads_async() {
   TORCH_INTERNAL_ASSERT(!pending_reduce_, "a gradient reduction is already in flight");
   const int world = groups_.shard->size();
@@ -329,7 +340,7 @@ void FlatParamGroup::reduce_grads_async() {
     // reduced value written back in place, sharded ones get their shard.
     if (!aliased_) grad = at::Tensor();
   }
-  if (nparams > 0) reduce_flags_.copy_(used_flags_rows_);
+  if (nparams > 0) write_used_flags();
   if (world > 1) {
     reduce_output_ = at::empty({reduce_input_.size(1)}, reduce_input_.options());
     pending_reduce_ = groups_.shard->reduce_scatter(reduce_output_, reduce_input_.view(-1),

@@ -129,6 +129,7 @@ class FlatParamGroup {
   enum class State { kSharded, kInFlight, kGathered };
   void point_params_at(const std::vector<at::Tensor>& views);
   void make_reduce_buffers();
+  void write_used_flags();
   void scatter_grad_into(int64_t param, const at::Tensor& grad) const;
   bool install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used);
   void install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count);
@@ -168,7 +169,10 @@ class FlatParamGroup {
                                                 // when it spans two rows
   at::Tensor reduce_flags_;                     // [world, num_params] of reduce_input_
   std::vector<float> used_flags_;               // this rank's flags, [num_params]
-  at::Tensor used_flags_rows_;                  // used_flags_ seen as [world, num_params]
+  // See [Note: unused-parameter flags]: the flags last copied to the device,
+  // as [1, num_params] on the device and as the host values they hold.
+  at::Tensor device_flags_;
+  std::vector<float> device_flags_values_;
   bool every_param_used_locally_ = false;
   at::Tensor reduce_output_;  // [shard_numel + num_params]
   WorkPtr pending_reduce_;

@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 
 #include "comm/collective_checks.h"
@@ -64,6 +65,14 @@ class NcclGroup final : public ProcessGroup {
         size_(size),
         options_(std::move(options)),
         global_ranks_(std::move(global_ranks)) {
+    // By default ProcessGroupNCCL calls record_stream on every tensor it is
+    // given, so a freed buffer is not reused until the NCCL stream has also
+    // finished the collectives queued after it: gathered units then hold
+    // their memory well past their reshard (pytorch#147168). FSDP never
+    // frees a buffer before waiting on its collective, which orders the
+    // reuse on the compute stream, so record_stream buys nothing here. A
+    // value the user set is left alone. Read by the constructor below.
+    setenv("TORCH_NCCL_AVOID_RECORD_STREAMS", "1", /*overwrite=*/0);
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = options_.timeout;
     nccl_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(

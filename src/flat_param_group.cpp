@@ -41,6 +41,9 @@ FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::
       config_(config),
       gathered_bytes_counter_(gathered_bytes) {
   TORCH_INTERNAL_ASSERT(groups_.shard, "a unit needs a shard group");
+  TORCH_INTERNAL_ASSERT(groups_.reduce_scatter &&
+                            groups_.reduce_scatter->global_ranks() == groups_.shard->global_ranks(),
+                        "the reduce-scatter group must hold the shard group's ranks");
   TORCH_INTERNAL_ASSERT(params_.size() == names_.size());
   at::ScalarType dtype = params_.empty() ? at::kFloat : params_[0].scalar_type();
   at::Device device = params_.empty() ? at::Device(at::kCPU) : params_[0].device();
@@ -343,8 +346,8 @@ void FlatParamGroup::reduce_grads_async() {
   if (nparams > 0) write_used_flags();
   if (world > 1) {
     reduce_output_ = at::empty({reduce_input_.size(1)}, reduce_input_.options());
-    pending_reduce_ = groups_.shard->reduce_scatter(reduce_output_, reduce_input_.view(-1),
-                                                    ReduceOp::kSum);
+    pending_reduce_ = groups_.reduce_scatter->reduce_scatter(reduce_output_, reduce_input_.view(-1),
+                                                             ReduceOp::kSum);
   } else {
     reduce_output_ = reduce_input_.view(-1);
     if (groups_.replicate) {

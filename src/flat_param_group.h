@@ -20,10 +20,14 @@
 namespace fsdp::detail {
 
 // The groups a unit communicates over. `shard` holds the ranks the unit is
-// sharded across (size 1 when nothing is sharded); `replicate`, if set, holds
-// the ranks holding the same shard, across which gradients are all-reduced.
+// sharded across (size 1 when nothing is sharded); `reduce_scatter` holds the
+// same ranks and carries the gradient reduce-scatters: `shard` itself, or a
+// sibling with its own lane (FullyShardOptions::separate_reduce_scatter_group).
+// `replicate`, if set, holds the ranks holding the same shard, across which
+// gradients are all-reduced.
 struct UnitGroups {
   ProcessGroupPtr shard;
+  ProcessGroupPtr reduce_scatter;
   ProcessGroupPtr replicate;  // nullptr: no replication
 };
 

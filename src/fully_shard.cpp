@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <unordered_set>
 
 #include "deferred_init.h"
@@ -31,13 +32,15 @@ detail::UnitGroups groups_for(const FullyShardOptions& options, const ProcessGro
   switch (options.strategy()) {
     case ShardingStrategy::kFullShard:
     case ShardingStrategy::kShardGradOp:
-      return {world, nullptr};
-    case ShardingStrategy::kNoShard:
-      return {make_self_group(*world), world->size() > 1 ? world : nullptr};
+      return {world, world, nullptr};
+    case ShardingStrategy::kNoShard: {
+      ProcessGroupPtr self = make_self_group(*world);
+      return {self, self, world->size() > 1 ? world : nullptr};
+    }
     case ShardingStrategy::kHybridShard:
     case ShardingStrategy::kHybridShardZero2: {
       const auto& mesh = *options.mesh();
-      return {mesh.shard, mesh.replicate->size() > 1 ? mesh.replicate : nullptr};
+      return {mesh.shard, mesh.shard, mesh.replicate->size() > 1 ? mesh.replicate : nullptr};
     }
   }
   TORCH_INTERNAL_ASSERT(false, "unknown sharding strategy");
@@ -77,6 +80,29 @@ detail::IgnoredSet ignored_set(const FullyShardOptions& options) {
   for (const auto& module : options.ignored_modules()) ignored.modules.insert(module.get());
   for (const auto& param : options.ignored_params()) ignored.params.insert(param.unsafeGetTensorImpl());
   return ignored;
+}
+
+// [Note: a lane for reduce-scatters]
+// A group runs its collectives in issue order on one lane: ProcessGroupNCCL's
+// stream, or our Gloo worker thread. In backward that puts the prefetch
+// all-gather of the next unit behind the reduce-scatter of the one that just
+// finished, although neither needs the other. A sibling group over the same
+// ranks is a second lane (on NCCL a second communicator, with its own
+// stream), so the two run side by side; each still waits for the compute
+// that produced its input, and compute waits for it through Work::wait()
+// (events on CUDA). Every rank issues the same sequence of collectives, so
+// the ranks agree on the order within each lane and across the two, which is
+// what NCCL needs of concurrent communicators. By default only NCCL gets the
+// lane, and only with strategies that gather again in backward: on Gloo the
+// second worker thread competes with compute for the same cores, and
+// without backward gathers there is nothing for a reduce-scatter to queue
+// behind.
+bool wants_reduce_scatter_lane(const FullyShardOptions& options, const ProcessGroup& shard) {
+  if (shard.size() == 1) return false;  // nothing is reduce-scattered
+  const bool gathers_in_backward = options.strategy() == ShardingStrategy::kFullShard ||
+                                   options.strategy() == ShardingStrategy::kHybridShard;
+  return options.separate_reduce_scatter_group().value_or(
+      shard.options().backend == CommBackend::kNccl && gathers_in_backward);
 }
 
 // The post-forward group size of a unit (see [Note: resharding to a smaller
@@ -170,7 +196,13 @@ void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
     }
   }
 
-  const detail::UnitGroups groups = groups_for(options, world);
+  detail::UnitGroups groups = groups_for(options, world);
+  if (wants_reduce_scatter_lane(options, *groups.shard)) {
+    std::vector<int> all(static_cast<size_t>(groups.shard->size()));
+    std::iota(all.begin(), all.end(), 0);
+    groups.reduce_scatter =
+        groups.shard->new_subgroup(all, groups.shard->options().name + "/reduce_scatter");
+  }
   auto root_state =
       std::make_shared<detail::RootState>(world, options.max_inflight_all_gathers());
   // Every per-unit choice is checked before any unit takes its parameters over.

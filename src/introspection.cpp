@@ -77,6 +77,7 @@ std::vector<UnitInfo> unit_infos(const UnitModule& root) {
     info.compute_dtype = group.config().compute_dtype;
     info.reduce_dtype = group.config().reduce_dtype;
     info.post_forward_group = group.post_forward_group();
+    info.reduce_scatter_group = group.groups().reduce_scatter;
     infos.push_back(std::move(info));
   }
   return infos;

@@ -51,6 +51,9 @@ struct UnitInfo {
   // The k-rank group backward all-gathers run in after a post-forward
   // reshard to a smaller group; nullptr when the unit has none.
   ProcessGroupPtr post_forward_group;
+  // The group gradient reduce-scatters run on: the shard group itself, or
+  // its sibling over the same ranks (separate_reduce_scatter_group).
+  ProcessGroupPtr reduce_scatter_group;
 };
 std::vector<UnitInfo> unit_infos(const UnitModule& root);
 

@@ -113,6 +113,18 @@ struct FullyShardOptions {
   /// The most units whose all-gather may be in flight or gathered ahead of
   /// use at once. Bounds the memory prefetching costs. Default: 2.
   TORCH_ARG(int, max_inflight_all_gathers) = 2;
+  /// Run the gradient reduce-scatters on a group of their own: a sibling of
+  /// the shard group over the same ranks, made once by fully_shard. On NCCL
+  /// that is a second communicator with its own CUDA stream, so a backward
+  /// prefetch all-gather runs beside the previous unit's reduce-scatter
+  /// instead of queuing behind it; the compute stream waits on each through
+  /// events. On Gloo it is a second worker thread. Costs one more
+  /// communicator (NCCL's buffers). Default: on for NCCL groups with
+  /// kFullShard or kHybridShard (the strategies that gather in backward);
+  /// off for the others, and for Gloo (on a CPU the second lane competes
+  /// with compute for the same cores and measured no gain:
+  /// docs/performance.md).
+  TORCH_ARG(c10::optional<bool>, separate_reduce_scatter_group) = c10::nullopt;
   /// Broadcast rank 0's buffers to every rank at wrap time. Default: true.
   TORCH_ARG(bool, sync_buffers) = true;
   /// Broadcast rank 0's parameters (and buffers) to every rank at wrap time,

@@ -317,6 +317,7 @@ void FlatParamGroup::write_used_flags() {
   if (used_flags_ != device_flags_values_) {
     device_flags_.copy_(at::from_blob(used_flags_.data(), device_flags_.sizes(), at::kFloat));
     device_flags_values_ = used_flags_;
+    ++flag_transfers_;
   }
   reduce_flags_.copy_(device_flags_.expand_as(reduce_flags_));
 }
@@ -399,6 +400,7 @@ void FlatParamGroup::finish_grad_reduction() {
   }
   if (!install_reduced_grads_flat(reduced, every_param_used_locally_)) {
     at::Tensor users = reduce_output_.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
+    ++flag_transfers_;
     install_reduced_grads_per_param(reduced, users.data_ptr<float>());
   }
   stashed_grads_.clear();

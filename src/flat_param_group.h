@@ -127,6 +127,9 @@ class FlatParamGroup {
   int64_t sharded_grad_bytes() const;
   int64_t full_param_bytes() const;  // unpadded, param dtype
   int64_t post_forward_shard_bytes() const;  // the kept chunk, 0 when none
+  // Copies of the used-parameter flags to the device and of the counts back,
+  // so far: on CUDA each one makes the host wait for the compute stream.
+  int64_t flag_transfers() const { return flag_transfers_; }
   const ProcessGroupPtr& post_forward_group() const { return post_forward_group_; }
 
  private:
@@ -177,6 +180,7 @@ class FlatParamGroup {
   // as [1, num_params] on the device and as the host values they hold.
   at::Tensor device_flags_;
   std::vector<float> device_flags_values_;
+  int64_t flag_transfers_ = 0;
   bool every_param_used_locally_ = false;
   at::Tensor reduce_output_;  // [shard_numel + num_params]
   WorkPtr pending_reduce_;

@@ -78,6 +78,7 @@ std::vector<UnitInfo> unit_infos(const UnitModule& root) {
     info.reduce_dtype = group.config().reduce_dtype;
     info.post_forward_group = group.post_forward_group();
     info.reduce_scatter_group = group.groups().reduce_scatter;
+    info.flag_transfers = group.flag_transfers();
     infos.push_back(std::move(info));
   }
   return infos;

@@ -61,24 +61,9 @@ class FrozenNetImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FrozenNet);
 
-// A unit whose forward uses `b` only when `use_b` is set, next to a unit that
-// the root skips when `use_c` is not set. The test sets both per step, the
-// same on every rank.
-class GatedImpl : public torch::nn::Module {
- public:
-  GatedImpl() {
-    a = register_module("a", torch::nn::Linear(6, 6));
-    b = register_module("b", torch::nn::Linear(6, 6));
-  }
-  at::Tensor forward(const at::Tensor& x) {
-    at::Tensor h = a->forward(x);
-    if (*use_b) h = h + b->forward(x);
-    return at::tanh(h);
-  }
-  torch::nn::Linear a{nullptr}, b{nullptr};
-  std::shared_ptr<bool> use_b = std::make_shared<bool>(true);
-};
-TORCH_MODULE(Gated);
+// The root skips unit `c` when `use_c` is not set; unit `gated` (the
+// harness's Gated) skips `b` when `use_b` is not. The test sets both per
+// step, the same on every rank.
 
 class UnusedNetImpl : public torch::nn::Module {
  public:

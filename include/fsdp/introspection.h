@@ -54,6 +54,11 @@ struct UnitInfo {
   // The group gradient reduce-scatters run on: the shard group itself, or
   // its sibling over the same ranks (separate_reduce_scatter_group).
   ProcessGroupPtr reduce_scatter_group;
+  // How often, so far, a gradient reduction copied the unit's
+  // used-parameter flags between host and device memory (on CUDA each copy
+  // makes the host wait for the GPU). Once per unit while the pattern of
+  // used parameters stays the same: see docs/performance.md.
+  int64_t flag_transfers = 0;
 };
 std::vector<UnitInfo> unit_infos(const UnitModule& root);
 

@@ -53,4 +53,15 @@ fsdp::models::GPTConfig tiny_gpt_config(bool shard_blocks) {
   return config;
 }
 
+GatedImpl::GatedImpl() {
+  a = register_module("a", torch::nn::Linear(6, 6));
+  b = register_module("b", torch::nn::Linear(6, 6));
+}
+
+at::Tensor GatedImpl::forward(const at::Tensor& x) {
+  at::Tensor h = a->forward(x);
+  if (*use_b) h = h + b->forward(x);
+  return at::tanh(h);
+}
+
 }  // namespace fsdp::testing

@@ -6,6 +6,8 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 
+#include <memory>
+
 #include "fsdp/models/gpt.h"
 #include "fsdp/sharded.h"
 
@@ -35,6 +37,18 @@ class ResettableNetImpl : public torch::nn::Module {
   at::Tensor steps;  // a buffer
 };
 TORCH_MODULE(ResettableNet);
+
+// y = tanh(a(x) + b(x)), or tanh(a(x)) while *use_b is false: a module
+// whose parameter `b` is used in some steps only.
+class GatedImpl : public torch::nn::Module {
+ public:
+  GatedImpl();
+  at::Tensor forward(const at::Tensor& x);
+
+  torch::nn::Linear a{nullptr}, b{nullptr};
+  std::shared_ptr<bool> use_b = std::make_shared<bool>(true);
+};
+TORCH_MODULE(Gated);
 
 fsdp::models::GPTConfig tiny_gpt_config(bool shard_blocks);
 

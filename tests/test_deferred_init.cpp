@@ -87,14 +87,9 @@ TEST(DeferredInit, ParityAndNoRankHoldsMoreThanItsShardsPlusOneUnit) {
   Net trained(false);
   copy_state(*trained, *reference);
   auto ref_opt = make_optimizer(OptimizerKind::kAdamW, trained->parameters());
-  std::vector<double> ref_losses;
-  for (int step = 0; step < kSteps; ++step) {
-    at::Tensor loss = at::mse_loss(trained->forward(inputs[step]), targets[step]);
-    ref_opt->zero_grad();
-    loss.backward();
-    ref_opt->step();
-    ref_losses.push_back(loss.item<double>());
-  }
+  const std::vector<double> ref_losses = train_steps(*ref_opt, kSteps, [&](int step) {
+    return at::mse_loss(trained->forward(inputs[step]), targets[step]);
+  });
 
   run_ranks(kWorld, [&](RankContext& ctx) {
     Net local(true);

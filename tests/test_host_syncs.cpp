@@ -24,6 +24,17 @@ namespace {
 
 constexpr int kSteps = 4;
 
+// One training step on this rank's rows of step `step`'s global batch.
+template <class Model>
+void mse_step(Model& model, torch::optim::Optimizer& opt, const at::Tensor& inputs,
+              const at::Tensor& targets, int step, const RankContext& ctx) {
+  at::Tensor loss = at::mse_loss(model->forward(local_rows(inputs[step], ctx.rank, ctx.world_size)),
+                                 local_rows(targets[step], ctx.rank, ctx.world_size));
+  opt.zero_grad();
+  loss.backward();
+  opt.step();
+}
+
 std::map<std::string, int64_t> transfers_by_unit(const UnitModule& model) {
   std::map<std::string, int64_t> transfers;
   for (const auto& info : unit_infos(model)) transfers[info.name] = info.flag_transfers;
@@ -87,11 +98,7 @@ TEST(HostSyncs, FrozenParametersDoNotMakeFurtherCopies) {
     auto model = fully_shard(PartlyFrozen(), FullyShardOptions().process_group(ctx.group));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     for (int step = 0; step < kSteps; ++step) {
-      at::Tensor loss = at::mse_loss(model->forward(local_rows(inputs[step], ctx.rank, 2)),
-                                     local_rows(targets[step], ctx.rank, 2));
-      opt->zero_grad();
-      loss.backward();
-      opt->step();
+      mse_step(model, *opt, inputs, targets, step, ctx);
       const auto transfers = transfers_by_unit(*model);
       EXPECT_EQ(transfers.at(""), 1) << "step " << step;
       EXPECT_EQ(transfers.at("a"), 1) << "step " << step;
@@ -131,11 +138,7 @@ TEST(HostSyncs, AChangedPatternCopiesTheFlagsAgainAndAnUnusedParameterReadsTheCo
     int64_t before = 0;
     for (int step = 0; step < kSteps; ++step) {
       *local->use_b = kUseB[step];
-      at::Tensor loss = at::mse_loss(model->forward(local_rows(inputs[step], ctx.rank, 2)),
-                                     local_rows(targets[step], ctx.rank, 2));
-      opt->zero_grad();
-      loss.backward();
-      opt->step();
+      mse_step(model, *opt, inputs, targets, step, ctx);
       const int64_t now = transfers_by_unit(*model).at("gated");
       EXPECT_EQ(now - before, kExpected[step]) << "step " << step;
       before = now;

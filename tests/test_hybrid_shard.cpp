@@ -31,14 +31,9 @@ TEST_P(HybridShard, MatchesSingleProcessAndCountsPerGroup) {
   Mlp initial(7, 10, 3, true);
   copy_state(*initial, *reference);
   auto ref_opt = make_optimizer(OptimizerKind::kAdamW, reference->parameters());
-  std::vector<double> ref_losses;
-  for (int step = 0; step < kSteps; ++step) {
-    at::Tensor loss = at::mse_loss(reference->forward(inputs[step]), targets[step]);
-    ref_opt->zero_grad();
-    loss.backward();
-    ref_opt->step();
-    ref_losses.push_back(loss.item<double>());
-  }
+  const std::vector<double> ref_losses = train_steps(*ref_opt, kSteps, [&](int step) {
+    return at::mse_loss(reference->forward(inputs[step]), targets[step]);
+  });
 
   run_ranks(4, [&](RankContext& ctx) {
     auto mesh = std::make_shared<DeviceMesh>(make_hybrid_mesh(ctx.group, 2));

@@ -26,14 +26,9 @@ TEST(Offload, MatchesSingleProcessTrainingAtWorldSizesTwoAndThree) {
   models::GPT init(config);
   copy_state(*init, *reference);
   auto ref_opt = make_optimizer(OptimizerKind::kAdamW, reference->parameters());
-  std::vector<double> ref_losses;
-  for (int step = 0; step < kSteps; ++step) {
-    at::Tensor loss = models::lm_loss(reference->forward(tokens[step]), targets[step]);
-    ref_opt->zero_grad();
-    loss.backward();
-    ref_opt->step();
-    ref_losses.push_back(loss.item<double>());
-  }
+  const std::vector<double> ref_losses = train_steps(*ref_opt, kSteps, [&](int step) {
+    return models::lm_loss(reference->forward(tokens[step]), targets[step]);
+  });
   for (int ws : {2, 3}) {
     run_ranks(ws, [&](RankContext& ctx) {
       models::GPT local(config);

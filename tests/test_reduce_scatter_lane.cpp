@@ -120,14 +120,9 @@ TEST(ReduceScatterLane, MatchesSingleProcessTraining) {
   models::GPT init(config);
   copy_state(*init, *reference);
   auto ref_opt = make_optimizer(OptimizerKind::kAdamW, reference->parameters());
-  std::vector<double> ref_losses;
-  for (int step = 0; step < kSteps; ++step) {
-    at::Tensor loss = models::lm_loss(reference->forward(tokens[step]), tokens[step]);
-    ref_opt->zero_grad();
-    loss.backward();
-    ref_opt->step();
-    ref_losses.push_back(loss.item<double>());
-  }
+  const std::vector<double> ref_losses = train_steps(*ref_opt, kSteps, [&](int step) {
+    return models::lm_loss(reference->forward(tokens[step]), tokens[step]);
+  });
   run_ranks(3, [&](RankContext& ctx) {
     models::GPT local(config);
     copy_state(*local, *init);

@@ -11,6 +11,19 @@
 
 namespace fsdp::testing {
 
+std::vector<double> train_steps(torch::optim::Optimizer& opt, int steps,
+                                const std::function<at::Tensor(int)>& loss_of_step) {
+  std::vector<double> losses;
+  for (int step = 0; step < steps; ++step) {
+    at::Tensor loss = loss_of_step(step);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    losses.push_back(loss.item<double>());
+  }
+  return losses;
+}
+
 const char* to_string(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::kSgdMomentum: return "SgdMomentum";

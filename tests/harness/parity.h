@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,13 @@ const char* to_string(OptimizerKind kind);
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind,
                                                         const std::vector<at::Tensor>& params);
+
+// One optimizer step per call of `loss_of_step` (with the step's index, from
+// 0): zero_grad, backward, step. Returns each step's loss, e.g. a one-process
+// reference run's:
+//   train_steps(*opt, kSteps, [&](int s) { return at::mse_loss(ref->forward(x[s]), y[s]); });
+std::vector<double> train_steps(torch::optim::Optimizer& opt, int steps,
+                                const std::function<at::Tensor(int)>& loss_of_step);
 
 // Copies every parameter and buffer of `src` into `dst`, matched by name.
 void copy_state(torch::nn::Module& dst, const torch::nn::Module& src);

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <ostream>
+
 namespace fsdp {
 
 const char* to_string(ShardingStrategy strategy) {
@@ -13,6 +15,10 @@ const char* to_string(ShardingStrategy strategy) {
     case ShardingStrategy::kHybridShardZero2: return "HYBRID_SHARD_ZERO2";
   }
   return "?";
+}
+
+std::ostream& operator<<(std::ostream& os, ShardingStrategy strategy) {
+  return os << to_string(strategy);
 }
 
 void FullyShardOptions::validate() const {

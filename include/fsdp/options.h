@@ -14,6 +14,7 @@
 #include <torch/arg.h>
 
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <vector>
 
@@ -43,6 +44,8 @@ enum class ShardingStrategy {
 };
 
 const char* to_string(ShardingStrategy strategy);
+// Writes to_string(strategy), e.g. for logs and test names.
+std::ostream& operator<<(std::ostream& os, ShardingStrategy strategy);
 
 // Dtypes for the unsharded (compute) copy of the parameters and for gradient
 // reduction. The sharded master parameters, the gradients the optimizer sees

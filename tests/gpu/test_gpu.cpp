@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <cstdlib>
+
 #include "fsdp/fsdp.h"
 #include "harness/models.h"
 #include "harness/parity.h"
@@ -77,6 +79,20 @@ void cuda_parity(const FullyShardOptions& extra, double loss_rtol, const char* w
     EXPECT_LE(relative_diff(loss.item<double>(), ref_losses[s]), loss_rtol)
         << what << " step " << s << ": " << loss.item<double>() << " vs " << ref_losses[s];
   }
+  // Every parameter is used on every step, so a unit copies its
+  // used-parameter flags to the GPU once, not once per step (each copy makes
+  // the host wait for the GPU).
+  for (const auto& info : unit_infos(*model)) {
+    EXPECT_LE(info.flag_transfers, 1) << what << " unit '" << info.name << "'";
+  }
+}
+
+TEST(Gpu, NcclGroupsTurnOffRecordStream) {
+  ASSERT_TRUE(at::hasCUDA());
+  auto group = nccl_world();
+  const char* value = std::getenv("TORCH_NCCL_AVOID_RECORD_STREAMS");
+  ASSERT_NE(value, nullptr) << "the NCCL adapter sets it unless the user did";
+  EXPECT_STREQ(value, "1");
 }
 
 TEST(Gpu, FsdpOnCudaMatchesPlainTraining) {

@@ -274,6 +274,7 @@ void FlatParamGroup::make_reduce_buffers() {
   reduce_flags_ = reduce_input_.narrow(1, shard, nparams);
   used_flags_.assign(static_cast<size_t>(nparams), 0.f);
   device_flags_ = at::empty({1, nparams}, reduce_input_.options());
+  device_flags_rows_ = device_flags_.expand({world, nparams});  // made once: no view per step
   device_flags_values_.clear();  // nothing copied yet
   compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
 }
@@ -319,7 +320,7 @@ void FlatParamGroup::write_used_flags() {
     device_flags_values_ = used_flags_;
     ++flag_transfers_;
   }
-  reduce_flags_.copy_(device_flags_.expand_as(reduce_flags_));
+  reduce_flags_.copy_(device_flags_rows_);
 }
 
 void FlatParamGroup::reduce_grads_async() {

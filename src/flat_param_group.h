@@ -177,8 +177,10 @@ class FlatParamGroup {
   at::Tensor reduce_flags_;                     // [world, num_params] of reduce_input_
   std::vector<float> used_flags_;               // this rank's flags, [num_params]
   // See [Note: unused-parameter flags]: the flags last copied to the device,
-  // as [1, num_params] on the device and as the host values they hold.
+  // as [1, num_params] on the device (and seen as [world, num_params]) and as
+  // the host values they hold.
   at::Tensor device_flags_;
+  at::Tensor device_flags_rows_;
   std::vector<float> device_flags_values_;
   int64_t flag_transfers_ = 0;
   bool every_param_used_locally_ = false;

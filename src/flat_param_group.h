@@ -7,6 +7,9 @@
 // set_data() between a 1-D view of the local shard (at rest) and a view of
 // the gathered flat buffer (in forward and backward). See [Note: flat shard
 // layout] in fsdp/shard_layout.h.
+//
+// Implemented in flat_param_group.cpp (parameters), flat_param_grads.cpp
+// (gradients) and flat_param_full.cpp (full parameters outside training).
 
 #include <ATen/ATen.h>
 

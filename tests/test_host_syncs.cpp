@@ -55,11 +55,7 @@ TEST(HostSyncs, AUnitWhoseParametersAreAllUsedCopiesItsFlagsOnce) {
       auto model = fully_shard(models::GPT(config), FullyShardOptions().process_group(ctx.group).mp(c.mp));
       auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
       for (int step = 0; step < kSteps; ++step) {
-        at::Tensor x = local_rows(tokens[step], ctx.rank, ctx.world_size);
-        at::Tensor loss = models::lm_loss(model->forward(x), x);
-        opt->zero_grad();
-        loss.backward();
-        opt->step();
+        lm_train_step(model, *opt, local_rows(tokens[step], ctx.rank, ctx.world_size));
         for (const auto& [unit, transfers] : transfers_by_unit(*model)) {
           EXPECT_EQ(transfers, 1) << "ws " << c.world_size << " step " << step << " unit '" << unit
                                   << "': only the first reduction should copy the flags";

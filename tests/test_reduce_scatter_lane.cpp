@@ -60,10 +60,7 @@ LaneRun train(int ws, c10::optional<bool> lane, const MixedPrecisionPolicy& mp,
       at::Tensor x = local_rows(tokens[step], ctx.rank, ctx.world_size);
       const CommCounters shard0 = ctx.group->counters();
       const CommCounters lane0 = reduce_group->counters();
-      at::Tensor loss = models::lm_loss(model->forward(x), x);
-      opt->zero_grad();
-      loss.backward();
-      opt->step();
+      at::Tensor loss = lm_train_step(model, *opt, x);
       mine.shard_group_step = ctx.group->counters() - shard0;
       mine.lane_step = reduce_group->counters() - lane0;
       mine.losses.push_back(global_mean(*ctx.group, loss.item<double>()));
@@ -130,11 +127,7 @@ TEST(ReduceScatterLane, MatchesSingleProcessTraining) {
         local, FullyShardOptions().process_group(ctx.group).separate_reduce_scatter_group(true));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     for (int step = 0; step < kSteps; ++step) {
-      at::Tensor x = local_rows(tokens[step], ctx.rank, ctx.world_size);
-      at::Tensor loss = models::lm_loss(model->forward(x), x);
-      opt->zero_grad();
-      loss.backward();
-      opt->step();
+      at::Tensor loss = lm_train_step(model, *opt, local_rows(tokens[step], ctx.rank, ctx.world_size));
       const double global = global_mean(*ctx.group, loss.item<double>());
       EXPECT_LE(relative_diff(global, ref_losses[step]), kRtol) << "step " << step;
     }

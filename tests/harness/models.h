@@ -5,6 +5,7 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/optimizer.h>
 
 #include <memory>
 
@@ -51,5 +52,16 @@ class GatedImpl : public torch::nn::Module {
 TORCH_MODULE(Gated);
 
 fsdp::models::GPTConfig tiny_gpt_config(bool shard_blocks);
+
+// One language-model training step of `model` (a GPT, sharded or not) on
+// `tokens` as input and target: zero_grad, backward, step. Returns the loss.
+template <class Model>
+at::Tensor lm_train_step(Model& model, torch::optim::Optimizer& opt, const at::Tensor& tokens) {
+  at::Tensor loss = fsdp::models::lm_loss(model->forward(tokens), tokens);
+  opt.zero_grad();
+  loss.backward();
+  opt.step();
+  return loss;
+}
 
 }  // namespace fsdp::testing

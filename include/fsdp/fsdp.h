@@ -12,12 +12,14 @@
 //   fsdp/introspection.h       shard placement and memory accounting
 //   fsdp/shard_layout.h        the flat shard arithmetic
 //   fsdp/state_dict.h          full and sharded model state dicts, loading
+//   fsdp/error_message.h       an error's message without its C++ backtrace
 //   fsdp/optim_state_dict.h    optimizer state dicts by parameter name
 
 #include "fsdp/clip_grad.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
 #include "fsdp/deferred_init.h"
+#include "fsdp/error_message.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/introspection.h"
 #include "fsdp/options.h"

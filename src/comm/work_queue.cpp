@@ -2,21 +2,14 @@
 
 #include <c10/util/Exception.h>
 
+#include "fsdp/error_message.h"
+
 namespace fsdp::comm {
 namespace {
 
 std::exception_ptr make_error(const std::string& message) {
   return std::make_exception_ptr(
       c10::Error(c10::SourceLocation{__func__, __FILE__, __LINE__}, message));
-}
-
-// c10::Error::what() carries a backtrace; the message alone reads better
-// inside ours.
-std::string message_of(const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
-    return c10_error->what_without_backtrace();
-  }
-  return e.what();
 }
 
 }  // namespace
@@ -89,7 +82,7 @@ void WorkQueue::worker_loop() {
     try {
       job.run();
     } catch (const std::exception& e) {
-      cause = message_of(e);
+      cause = error_message(e);
     } catch (...) {
       cause = "unknown exception";
     }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compat.h"
+#include "unit_name.h"
 
 namespace fsdp {
 
@@ -111,15 +112,14 @@ class Materializer {
           it == slots_.end() ? param.sizes().vec() : it->second.group->shapes()[it->second.index];
       const at::Device device = it == slots_.end() ? param.device() : it->second.group->params()[0].device();
       if (it == slots_.end()) {  // ignored parameter: storage back in place, kept whole
-        compat::resize_storage_bytes(param.storage().unsafeGetStorageImpl(),
-                                     param.numel() * param.element_size());
+        compat::resize_storage_bytes(param.storage().unsafeGetStorageImpl(), param.nbytes());
       } else {
         param.set_data(at::empty(shape, param.options().device(device)));
       }
-      bytes += param.numel() * static_cast<int64_t>(param.element_size());
+      bytes += static_cast<int64_t>(param.nbytes());
     }
     state_.init_bytes().add(bytes);
-    const std::string shown = path.empty() ? "<root>" : path;
+    const std::string& shown = display_name(path);
     if (options_.param_init_fn()) {
       options_.param_init_fn()(module);
     } else {

@@ -1,4 +1,5 @@
 #include "model_fingerprint.h"
+#include "unit_name.h"
 
 #include <c10/util/Exception.h>
 
@@ -10,7 +11,7 @@ namespace {
 std::vector<std::string> describe(const DiscoveredModel& model) {
   std::vector<std::string> lines;
   for (const auto& unit : model.units) {
-    lines.push_back("unit '" + (unit.name.empty() ? std::string("<root>") : unit.name) + "'");
+    lines.push_back("unit '" + display_name(unit.name) + "'");
     for (size_t i = 0; i < unit.params.size(); ++i) {
       std::ostringstream line;
       line << "parameter '" << unit.param_names[i] << "' " << unit.params[i].sizes() << " "

@@ -1,4 +1,5 @@
 #include "unit_discovery.h"
+#include "unit_name.h"
 
 #include <c10/util/Exception.h>
 
@@ -11,8 +12,6 @@ namespace {
 std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
-
-const char* shown(const std::string& unit) { return unit.empty() ? "<root>" : unit.c_str(); }
 
 // [Note: ignored parameters]
 // Ignored parameters (FSDP's ignored_modules / ignored_params) are simply
@@ -83,8 +82,8 @@ class Walker {
     }
     const Owner& first = it->second;
     TORCH_CHECK(first.unit == owner, "fsdp: parameter '", first.name, "' (also reachable as '",
-                name, "') is shared by units '", shown(model.units[first.unit].name), "' and '",
-                shown(model.units[owner].name),
+                name, "') is shared by units '", display_name(model.units[first.unit].name), "' and '",
+                display_name(model.units[owner].name),
                 "'. Tied parameters must live in one unit: make the module that holds both uses "
                 "(e.g. the root) own them, and do not wrap the tied submodules as separate units");
   }

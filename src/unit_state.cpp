@@ -5,14 +5,10 @@
 
 #include "autograd_hooks.h"
 #include "root_state.h"
+#include "unit_name.h"
 
 namespace fsdp::detail {
 namespace {
-
-const std::string& display_name(const std::string& name) {
-  static const std::string kRoot = "<root>";
-  return name.empty() ? kRoot : name;
-}
 
 void cast_floating(TensorRefs& tensors, at::ScalarType dtype) {
   for (at::Tensor* t : tensors) {

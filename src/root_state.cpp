@@ -1,4 +1,5 @@
 #include "root_state.h"
+#include "unit_name.h"
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/engine.h>
@@ -46,7 +47,7 @@ void RootState::validate_order(UnitState& unit, size_t position) {
   std::ostringstream ranks;
   for (size_t r = 0; r < indices.size(); ++r) {
     const auto& name = units_.at(static_cast<size_t>(indices[r]))->name();
-    ranks << (r ? ", " : "") << "rank " << r << " ran '" << (name.empty() ? "<root>" : name) << "'";
+    ranks << (r ? ", " : "") << "rank " << r << " ran '" << display_name(name) << "'";
   }
   TORCH_CHECK(false, "fsdp: ranks ran units in different orders: at forward position ", position,
               ", ", ranks.str(),
@@ -63,7 +64,7 @@ void RootState::validate_order(UnitState& unit, size_t position) {
 // replaces the recorded order. Gathered memory is bounded: at most
 // max_inflight_all_gathers non-root units are gathered or being gathered.
 void RootState::prefetch_after(UnitState& unit, bool forward) {
-  const auto& explicit_list = forward ? unit.forward_prefetch : unit.backward_prefetch;
+  const auto& explicit_list = unit.prefetch_list(forward);
   if (!explicit_list.empty()) {
     for (UnitState* next : explicit_list) {
       if (!try_prefetch(*next)) break;
@@ -94,8 +95,9 @@ bool RootState::try_prefetch(UnitState& unit) {
   if (unit.is_root()) return true;
   FlatParamGroup& params = unit.params();
   if (params.is_gathered() || params.is_in_flight() || params.is_aliased()) return true;
-  const bool root_gathered = root_unit().params().is_gathered() || root_unit().params().is_in_flight();
-  const int non_root_alive = gathered_bytes_.units() - (root_gathered && !root_unit().params().is_aliased() ? 1 : 0);
+  const FlatParamGroup& root = root_unit().params();
+  const bool root_alive = root.is_gathered() || root.is_in_flight();
+  const int non_root_alive = live_gathers_.count() - (root_alive ? 1 : 0);
   if (non_root_alive >= max_inflight_all_gathers_) return false;
   params.unshard_async();
   return true;
@@ -109,14 +111,26 @@ void RootState::on_backward_hook() {
 }
 
 // The end of backward: units that backward never fully reached (the root,
-// units whose inputs need no gradient) reduce now, in reverse forward order
-// so every rank issues the same sequence; then everything is waited for.
+// units whose inputs need no gradient) reduce now, in reverse pre-order
+// (units()), so every rank issues the same sequence whatever order its
+// backward ran in; then everything is waited for.
 void RootState::on_backward_done() {
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_backward_step();
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_grad_reduction();
   callback_queued_ = false;
   in_backward_ = false;
   ++completed_steps_;
+}
+
+int64_t RootState::open_summon_guard() {
+  open_summon_guards_.push_back(++summon_guards_made_);
+  return open_summon_guards_.back();
+}
+
+bool RootState::close_summon_guard(int64_t id) {
+  if (open_summon_guards_.empty() || open_summon_guards_.back() != id) return false;
+  open_summon_guards_.pop_back();
+  return true;
 }
 
 }  // namespace fsdp::detail

@@ -10,12 +10,9 @@
 #include <vector>
 
 #include "fsdp/comm/process_group.h"
+#include "live_gather_count.h"
 #include "memory_counter.h"
 #include "unit_state.h"
-
-namespace fsdp {
-class SummonFullParams;
-}
 
 namespace fsdp::detail {
 
@@ -63,15 +60,13 @@ class RootState {
   // Issues prefetching gathers after `unit` gathered (see [Note: prefetch]).
   void prefetch_after(UnitState& unit, bool forward);
 
-  // Forward order of the last completed forward; prefetch reads it.
-  const std::vector<UnitState*>& forward_order() const { return forward_order_; }
-  int max_inflight_all_gathers() const { return max_inflight_all_gathers_; }
-  int64_t completed_steps() const { return completed_steps_; }
   // Whether units check their shards for edits between forward and backward:
   // on the first two steps, and on every step when validating every step.
   bool validating_params() const { return completed_steps_ < 2 || validate_every_step_; }
 
   MemoryCounter& gathered_bytes() { return gathered_bytes_; }
+  // Units gathered or gathering: what the prefetch in-flight limit reads.
+  LiveGatherCount& live_gathers() { return live_gathers_; }
   // Chunks kept by post-forward reshards to a smaller group.
   MemoryCounter& post_forward_bytes() { return post_forward_bytes_; }
   // Full parameter bytes materialized at once during deferred init.
@@ -80,8 +75,11 @@ class RootState {
   // named_parameters() order.
   void set_ignored_params(std::vector<IgnoredParam> params) { ignored_params_ = std::move(params); }
   const std::vector<IgnoredParam>& ignored_params() const { return ignored_params_; }
-  // Units currently inside a SummonFullParams guard, innermost last.
-  std::vector<const SummonFullParams*>& summon_stack() { return summon_stack_; }
+  // SummonFullParams guards on this model must end in reverse order of
+  // creation. A guard opens with a new id and closes with it; closing
+  // returns false, changing nothing, unless it is the innermost open one.
+  int64_t open_summon_guard();
+  bool close_summon_guard(int64_t id);
 
  private:
   void validate_order(UnitState& unit, size_t position);
@@ -102,9 +100,11 @@ class RootState {
   std::vector<UnitState*> recording_order_;
   std::vector<UnitState*> forward_order_;
   MemoryCounter gathered_bytes_;
+  LiveGatherCount live_gathers_;
   MemoryCounter post_forward_bytes_;
   MemoryCounter init_bytes_;
-  std::vector<const SummonFullParams*> summon_stack_;
+  std::vector<int64_t> open_summon_guards_;  // innermost last
+  int64_t summon_guards_made_ = 0;
   std::vector<IgnoredParam> ignored_params_;
   int64_t completed_forwards_ = 0;
 };

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "fsdp/error_message.h"
 #include "root_state.h"
 #include "unit_state.h"
+#include "unit_name.h"
 
 namespace fsdp {
 namespace {
-
-const char* shown(const std::string& name) { return name.empty() ? "<root>" : name.c_str(); }
 
 // The sharded units of `module`'s subtree, pre-order, each once.
 std::vector<detail::UnitState*> units_under(UnitModule& module, bool recurse) {
@@ -53,14 +53,14 @@ SummonFullParams::SummonFullParams(UnitModule& module, SummonFullParamsOptions o
   const auto units = units_under(module, options.recurse());
   for (detail::UnitState* unit : units) {
     TORCH_CHECK(unit->state() != detail::TrainingState::kSummonFullParams, "fsdp: unit '",
-                shown(unit->name()), "' is already inside summon_full_params (nested guards "
+                detail::display_name(unit->name()), "' is already inside summon_full_params (nested guards "
                 "over the same unit); end the outer guard first, or summon disjoint units with "
                 "recurse(false)");
     TORCH_CHECK(!unit->awaiting_backward(), "fsdp: SummonFullParams was created after a forward "
-                "whose backward has not run (unit '", shown(unit->name()), "'); call backward "
+                "whose backward has not run (unit '", detail::display_name(unit->name()), "'); call backward "
                 "first, or run evaluation forwards under at::NoGradGuard");
     TORCH_CHECK(unit->state() == detail::TrainingState::kIdle, "fsdp: unit '",
-                shown(unit->name()), "' is in state ", detail::to_string(unit->state()),
+                detail::display_name(unit->name()), "' is in state ", detail::to_string(unit->state()),
                 "; full parameters can be summoned only outside forward and backward");
   }
   const bool keep_full = !options.rank0_only() || root.world().rank() == 0;
@@ -72,7 +72,7 @@ SummonFullParams::SummonFullParams(UnitModule& module, SummonFullParamsOptions o
     if (keep_full) {
       if (options.offload_to_cpu() && !full.is_cpu()) full = full.to(at::kCPU);
       if (!full.is_cpu() || !options.offload_to_cpu()) {
-        entry.counted_bytes = full.numel() * static_cast<int64_t>(full.element_size());
+        entry.counted_bytes = static_cast<int64_t>(full.nbytes());
         root.gathered_bytes().add(entry.counted_bytes);
       }
       group.expose(group.full_views(full));
@@ -81,18 +81,17 @@ SummonFullParams::SummonFullParams(UnitModule& module, SummonFullParamsOptions o
     unit->set_summoned(true);
     entries_.push_back(std::move(entry));
   }
-  stack_ = &root.summon_stack();
-  stack_->push_back(this);
+  root_ = &root;
+  guard_id_ = root.open_summon_guard();
   active_ = true;
 }
 
 void SummonFullParams::exit() {
   if (!active_) return;
-  TORCH_CHECK(!stack_->empty() && stack_->back() == this, "fsdp: SummonFullParams guards ended "
+  TORCH_CHECK(root_->close_summon_guard(guard_id_), "fsdp: SummonFullParams guards ended "
               "out of order; end the innermost guard first (let them go out of scope in reverse "
               "order of creation)");
   active_ = false;
-  stack_->pop_back();
   std::string failure;
   for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
     auto& group = it->unit->params();
@@ -102,7 +101,7 @@ void SummonFullParams::exit() {
           group.load_full_param(static_cast<int64_t>(i), group.params()[i]);
         }
       } catch (const std::exception& e) {
-        if (failure.empty()) failure = e.what();
+        if (failure.empty()) failure = error_message(e);
       }
     }
     group.expose_shards();
@@ -117,7 +116,7 @@ SummonFullParams::~SummonFullParams() {
   try {
     exit();
   } catch (const std::exception& e) {
-    TORCH_WARN("fsdp: ", e.what());
+    TORCH_WARN(error_message(e));
   }
 }
 

@@ -48,12 +48,12 @@ std::vector<detail::UnitState*> unit_states(const std::vector<UnitModule*>& unit
 
 void UnitModule::set_forward_prefetch(const std::vector<UnitModule*>& units) {
   TORCH_CHECK(state_, "fsdp: set_forward_prefetch needs a sharded unit; call fully_shard first");
-  state_->forward_prefetch = unit_states(units);
+  state_->set_prefetch_list(/*forward=*/true, unit_states(units));
 }
 
 void UnitModule::set_backward_prefetch(const std::vector<UnitModule*>& units) {
   TORCH_CHECK(state_, "fsdp: set_backward_prefetch needs a sharded unit; call fully_shard first");
-  state_->backward_prefetch = unit_states(units);
+  state_->set_prefetch_list(/*forward=*/false, unit_states(units));
 }
 
 void UnitModule::before_forward(detail::TensorRefs& inputs) { state_->pre_forward(inputs); }

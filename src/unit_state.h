@@ -63,8 +63,12 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   size_t order_position() const { return order_position_; }
   void set_order_position(size_t position) { order_position_ = position; }
   // Explicit prefetch targets (issue order); empty: use the recorded order.
-  std::vector<UnitState*> forward_prefetch;
-  std::vector<UnitState*> backward_prefetch;
+  const std::vector<UnitState*>& prefetch_list(bool forward) const {
+    return forward ? forward_prefetch_ : backward_prefetch_;
+  }
+  void set_prefetch_list(bool forward, std::vector<UnitState*> units) {
+    (forward ? forward_prefetch_ : backward_prefetch_) = std::move(units);
+  }
 
  private:
   void reduce_and_reshard();
@@ -81,6 +85,8 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   // unit's inputs yet; the unit reduces when the last one does.
   int pending_backwards_ = 0;
   size_t order_position_ = static_cast<size_t>(-1);
+  std::vector<UnitState*> forward_prefetch_;
+  std::vector<UnitState*> backward_prefetch_;
   bool unhooked_backward_ = false;  // kept gathered: outputs could not be hooked
   std::vector<uint32_t> param_versions_;  // at post-forward, to catch in-place edits
   c10::optional<double> shard_checksum_;  // at post-forward; see [Note: optimizer step before backward]

@@ -24,6 +24,7 @@
 namespace fsdp {
 
 namespace detail {
+class RootState;
 class UnitState;
 }
 
@@ -64,7 +65,8 @@ class SummonFullParams {
   };
   SummonFullParamsOptions options_;
   std::vector<Entry> entries_;
-  std::vector<const SummonFullParams*>* stack_ = nullptr;  // the model's live guards
+  detail::RootState* root_ = nullptr;  // the model's; it orders the live guards
+  int64_t guard_id_ = 0;
   bool active_ = false;
 };
 

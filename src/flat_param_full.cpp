@@ -33,13 +33,8 @@ void FlatParamGroup::load_full_param(int64_t param, const at::Tensor& full) {
               c10::IntArrayRef(shapes_[param]),
               "; full parameters can be edited in place but not reshaped");
   at::NoGradGuard no_grad;
-  at::Tensor flat = full.detach().reshape(-1);
-  if (aliased_) {
-    sharded_views_[param].view(-1).copy_(flat);
-    return;
-  }
-  const auto slice = layout_.local_slice(param, shard_rank());
-  sharded_views_[param].copy_(flat.narrow(0, slice.param_begin, slice.numel));
+  const auto slice = local_slice(param);
+  sharded_views_[param].view(-1).copy_(full.detach().reshape(-1).narrow(0, slice.param_begin, slice.numel));
 }
 
 }  // namespace fsdp::detail

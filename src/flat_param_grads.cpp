@@ -21,9 +21,37 @@ at::Tensor plain_alias(const at::Tensor& base, const at::Tensor& like) {
 
 }  // namespace
 
+const char* to_string(GradState state) {
+  switch (state) {
+    case GradState::kSharded: return "SHARDED";
+    case GradState::kStashed: return "STASHED";
+    case GradState::kUnsynced: return "UNSYNCED";
+    case GradState::kReducing: return "REDUCING";
+  }
+  return "?";
+}
+
+// Every GradState change goes through here; see [Note: the states of a
+// FlatParamGroup] for the table.
+void FlatParamGroup::set_grad_state(GradState next) {
+  const GradState now = grad_state_;
+  bool allowed = false;
+  switch (next) {
+    case GradState::kSharded: allowed = now == GradState::kReducing || now == GradState::kStashed; break;
+    case GradState::kStashed: allowed = now == GradState::kSharded; break;
+    case GradState::kUnsynced: allowed = now != GradState::kReducing; break;
+    case GradState::kReducing: allowed = now != GradState::kReducing; break;
+  }
+  TORCH_INTERNAL_ASSERT(allowed, "unit gradients cannot go from ", to_string(now), " to ",
+                        to_string(next));
+  grad_state_ = next;
+}
+
+void FlatParamGroup::keep_unsharded_grads() { set_grad_state(GradState::kUnsynced); }
+
 void FlatParamGroup::stash_sharded_grads() {
-  if (aliased_ || holding_unsharded_grads_ || grads_stashed_) return;
-  grads_stashed_ = true;
+  if (aliased_ || grad_state_ != GradState::kSharded) return;
+  set_grad_state(GradState::kStashed);
   stashed_grads_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& grad = params_[i].mutable_grad();
@@ -112,20 +140,20 @@ void FlatParamGroup::write_used_flags() {
 }
 
 void FlatParamGroup::reduce_grads_async() {
-  TORCH_INTERNAL_ASSERT(!pending_reduce_, "a gradient reduction is already in flight");
+  set_grad_state(GradState::kReducing);
   const int world = groups_.shard->size();
   const int64_t nparams = layout_.num_params();
   at::NoGradGuard no_grad;
   if (!reduce_input_.defined()) make_reduce_buffers();
-  compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(),
-                               static_cast<size_t>(reduce_input_.numel() * reduce_input_.element_size()));
+  compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), reduce_input_.nbytes());
   reduce_input_.zero_();
-  every_param_used_locally_ = true;
+  PendingReduction& pending = pending_reduce_;
+  pending.every_param_used_locally = true;
   for (int64_t i = 0; i < nparams; ++i) {
     at::Tensor& grad = params_[i].mutable_grad();
     used_flags_[static_cast<size_t>(i)] = grad.defined() ? 1.f : 0.f;
     if (!grad.defined()) {
-      every_param_used_locally_ &= !params_[i].requires_grad();
+      pending.every_param_used_locally &= !params_[i].requires_grad();
       continue;
     }
     scatter_grad_into(i, grad);
@@ -135,67 +163,72 @@ void FlatParamGroup::reduce_grads_async() {
   }
   if (nparams > 0) write_used_flags();
   if (world > 1) {
-    reduce_output_ = at::empty({reduce_input_.size(1)}, reduce_input_.options());
-    pending_reduce_ = groups_.reduce_scatter->reduce_scatter(reduce_output_, reduce_input_.view(-1),
-                                                             ReduceOp::kSum);
+    pending.output = at::empty({reduce_input_.size(1)}, reduce_input_.options());
+    pending.work = groups_.reduce_scatter->reduce_scatter(pending.output, reduce_input_.view(-1),
+                                                          ReduceOp::kSum);
   } else {
-    reduce_output_ = reduce_input_.view(-1);
-    if (groups_.replicate) {
-      pending_reduce_ = groups_.replicate->all_reduce(reduce_output_, ReduceOp::kSum);
-    }
+    pending.output = reduce_input_.view(-1);
+    if (groups_.replicate) pending.work = groups_.replicate->all_reduce(pending.output, ReduceOp::kSum);
   }
-  reduce_started_ = true;
-  holding_unsharded_grads_ = false;
 }
 
 void FlatParamGroup::finish_grad_reduction() {
-  if (!reduce_started_) {
-    // Nothing was reduced this step (frozen unit, or no-sync backward keeps
-    // accumulating): give back any stashed sharded gradients untouched.
-    if (grads_stashed_ && !holding_unsharded_grads_) {
-      for (size_t i = 0; i < stashed_grads_.size(); ++i) {
-        if (stashed_grads_[i].defined()) params_[i].mutable_grad() = std::move(stashed_grads_[i]);
-      }
-      stashed_grads_.clear();
-      grads_stashed_ = false;
-    }
+  if (grad_state_ == GradState::kStashed) {
+    restore_stashed_grads();  // nothing was reduced this step (a frozen unit)
     return;
   }
-  reduce_started_ = false;
+  // kSharded: nothing happened; kUnsynced: a no-sync backward keeps
+  // accumulating full gradients.
+  if (grad_state_ != GradState::kReducing) return;
+  const int64_t shard = layout_.shard_numel();
+  const int64_t nparams = layout_.num_params();
+  at::NoGradGuard no_grad;
+  at::Tensor reduced = wait_for_reduced_shard();
+  if (!sharded_grad_.defined()) {
+    sharded_grad_ = at::zeros_like(sharded_flat_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      sharded_grad_views_.push_back(plain_alias(sharded_grad_, sharded_views_[i]));
+    }
+  }
+  if (!install_reduced_grads_flat(reduced, pending_reduce_.every_param_used_locally)) {
+    at::Tensor users = pending_reduce_.output.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
+    ++flag_transfers_;
+    install_reduced_grads_per_param(reduced, users.data_ptr<float>());
+  }
+  stashed_grads_.clear();
+  pending_reduce_ = PendingReduction();
+  compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
+  set_grad_state(GradState::kSharded);
+}
+
+// Gives back the stashed sharded gradients untouched.
+void FlatParamGroup::restore_stashed_grads() {
+  for (size_t i = 0; i < stashed_grads_.size(); ++i) {
+    if (stashed_grads_[i].defined()) params_[i].mutable_grad() = std::move(stashed_grads_[i]);
+  }
+  stashed_grads_.clear();
+  set_grad_state(GradState::kSharded);
+}
+
+// Waits for the reduction and returns this rank's averaged shard of it, on
+// the shards' device.
+at::Tensor FlatParamGroup::wait_for_reduced_shard() {
   const int world = groups_.shard->size();
-  if (pending_reduce_) {
-    WorkPtr work = std::move(pending_reduce_);
+  if (pending_reduce_.work) {
+    WorkPtr work = std::move(pending_reduce_.work);
     work->wait();
   }
   int64_t divisor = world;
   if (groups_.replicate) {
     // Hybrid: after the shard group's reduce-scatter, replicas all-reduce.
-    if (world > 1) groups_.replicate->all_reduce(reduce_output_, ReduceOp::kSum)->wait();
+    if (world > 1) groups_.replicate->all_reduce(pending_reduce_.output, ReduceOp::kSum)->wait();
     divisor *= groups_.replicate->size();
   }
-  const int64_t shard = layout_.shard_numel();
-  const int64_t nparams = layout_.num_params();
-  at::NoGradGuard no_grad;
-  at::Tensor reduced = reduce_output_.narrow(0, 0, shard);
+  at::Tensor reduced = pending_reduce_.output.narrow(0, 0, layout_.shard_numel());
   if (divisor > 1) reduced.div_(divisor);
   // Offload: one copy of the reduced shard to the host per unit.
   if (offload_) reduced = reduced.to(sharded_flat_.device(), /*non_blocking=*/false, /*copy=*/true);
-  if (!sharded_grad_.defined()) {
-    sharded_grad_ = at::zeros_like(sharded_flat_);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const auto& view = sharded_views_[i];
-      sharded_grad_views_.push_back(plain_alias(sharded_grad_, view));
-    }
-  }
-  if (!install_reduced_grads_flat(reduced, every_param_used_locally_)) {
-    at::Tensor users = reduce_output_.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
-    ++flag_transfers_;
-    install_reduced_grads_per_param(reduced, users.data_ptr<float>());
-  }
-  stashed_grads_.clear();
-  grads_stashed_ = false;
-  reduce_output_.reset();
-  compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
+  return reduced;
 }
 
 // The common cases, with one flat copy or add over the whole shard, once
@@ -236,14 +269,11 @@ bool FlatParamGroup::install_reduced_grads_flat(const at::Tensor& reduced, bool 
 }
 
 void FlatParamGroup::install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count) {
-  const int rank = shard_rank();
   for (int64_t i = 0; i < layout_.num_params(); ++i) {
     at::Tensor& param = params_[i];
     if (!param.requires_grad()) continue;
     const bool used = user_count[i] > 0.f;
-    const auto slice = aliased_ ? ShardLayout::LocalSlice{0, layout_.slot(i).numel,
-                                                          layout_.slot(i).offset}
-                                : layout_.local_slice(i, rank);
+    const auto slice = local_slice(i);
     at::Tensor fresh = reduced.narrow(0, slice.shard_offset, slice.numel).view(sharded_grad_views_[i].sizes());
     at::Tensor& grad = param.mutable_grad();
     if (aliased_) {

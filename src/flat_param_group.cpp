@@ -3,18 +3,12 @@
 #include <c10/util/Exception.h>
 
 #include "compat.h"
+#include "fsdp/deferred_init.h"
 
 namespace fsdp::detail {
 namespace {
 
-// A parameter whose storage fsdp::defer_init released: shape and dtype only.
-bool is_deferred(const at::Tensor& t) {
-  return t.numel() > 0 && t.storage().nbytes() == 0;
-}
-
-int64_t post_forward_shard_bytes_of(const at::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
+int64_t bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 
 at::Tensor free_storage_view(at::Tensor t) {
   compat::resize_storage_bytes(t.storage().unsafeGetStorageImpl(), 0);
@@ -23,22 +17,55 @@ at::Tensor free_storage_view(at::Tensor t) {
 
 }  // namespace
 
+const char* to_string(ParamState state) {
+  switch (state) {
+    case ParamState::kSharded: return "SHARDED";
+    case ParamState::kGathering: return "GATHERING";
+    case ParamState::kGathered: return "GATHERED";
+    case ParamState::kGatheredParked: return "GATHERED_PARKED";
+  }
+  return "?";
+}
+
 FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::string> names,
                                UnitGroups groups, FlatParamConfig config,
-                               MemoryCounter* gathered_bytes)
+                               MemoryCounter* gathered_bytes, LiveGatherCount* live_gathers)
     : params_(std::move(params)),
       names_(std::move(names)),
       groups_(std::move(groups)),
       config_(config),
-      gathered_bytes_counter_(gathered_bytes) {
+      gathered_bytes_counter_(gathered_bytes),
+      live_gathers_(live_gathers) {
   TORCH_INTERNAL_ASSERT(groups_.shard, "a unit needs a shard group");
   TORCH_INTERNAL_ASSERT(groups_.reduce_scatter &&
                             groups_.reduce_scatter->global_ranks() == groups_.shard->global_ranks(),
                         "the reduce-scatter group must hold the shard group's ranks");
   TORCH_INTERNAL_ASSERT(params_.size() == names_.size());
-  at::ScalarType dtype = params_.empty() ? at::kFloat : params_[0].scalar_type();
-  at::Device device = params_.empty() ? at::Device(at::kCPU) : params_[0].device();
+  TORCH_INTERNAL_ASSERT(gathered_bytes_counter_ && live_gathers_);
+  const at::ScalarType dtype = params_.empty() ? at::kFloat : params_[0].scalar_type();
+  const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_[0].device();
+  check_params(dtype, device);
   std::vector<int64_t> numels;
+  for (const auto& p : params_) {
+    shapes_.push_back(p.sizes().vec());
+    numels.push_back(p.numel());
+  }
+  layout_ = ShardLayout(numels, groups_.shard->size());
+  // Offloading keeps the shards in host memory and copies them to the
+  // compute device for every gather. On a CPU-only machine the copy is
+  // host-to-host, but the code path is the one CUDA runs.
+  offload_ = config_.offload_to_cpu;
+  aliased_ = groups_.shard->size() == 1 && config_.compute_dtype == dtype && !offload_;
+  at::NoGradGuard no_grad;
+  if (aliased_) {
+    make_aliased_storage(shard_options(dtype, device));
+  } else {
+    make_sharded_storage(shard_options(dtype, device), device);
+  }
+  point_params_at(sharded_views_);
+}
+
+void FlatParamGroup::check_params(at::ScalarType dtype, at::Device device) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& p = params_[i];
     TORCH_CHECK(at::isFloatingType(p.scalar_type()), "fsdp: parameter '", names_[i], "' has dtype ",
@@ -50,37 +77,32 @@ FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::
                 "; cast the module to one dtype before fully_shard, or put them in separate units");
     TORCH_CHECK(p.device() == device, "fsdp: parameters of one unit must be on one device, but '",
                 names_[0], "' is on ", device, " and '", names_[i], "' is on ", p.device());
-    shapes_.push_back(p.sizes().vec());
-    numels.push_back(p.numel());
   }
-  const int world = groups_.shard->size();
-  layout_ = ShardLayout(numels, world);
-  // Offloading keeps the shards in host memory and copies them to the
-  // compute device for every gather. On a CPU-only machine the copy is
-  // host-to-host, but the code path is the one CUDA runs.
-  const bool offload = config_.offload_to_cpu;
-  offload_ = offload;
-  aliased_ = world == 1 && config_.compute_dtype == dtype && !offload;
+}
 
-  at::NoGradGuard no_grad;
-  auto rest_options = at::TensorOptions().dtype(dtype).device(offload ? at::Device(at::kCPU) : device);
-  if (offload && config_.pin_memory && device.is_cuda()) rest_options = rest_options.pinned_memory(true);
+// Where the shards rest between uses: host memory when offloading.
+at::TensorOptions FlatParamGroup::shard_options(at::ScalarType dtype, at::Device device) const {
+  auto options = at::TensorOptions().dtype(dtype).device(offload_ ? at::Device(at::kCPU) : device);
+  if (offload_ && config_.pin_memory && device.is_cuda()) options = options.pinned_memory(true);
+  return options;
+}
 
-  if (aliased_) {
-    // Nothing to gather: the parameters live as full views of one flat buffer.
-    sharded_flat_ = at::zeros({layout_.padded_numel()}, rest_options);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const auto& slot = layout_.slot(static_cast<int64_t>(i));
-      at::Tensor view = sharded_flat_.narrow(0, slot.offset, slot.numel).view(shapes_[i]);
-      if (!is_deferred(params_[i])) view.copy_(params_[i].detach());
-      sharded_views_.push_back(view);
-    }
-    point_params_at(sharded_views_);
-    return;
+// Nothing to gather: the parameters live as full views of one flat buffer.
+void FlatParamGroup::make_aliased_storage(const at::TensorOptions& options) {
+  sharded_flat_ = at::zeros({layout_.padded_numel()}, options);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& slot = layout_.slot(static_cast<int64_t>(i));
+    at::Tensor view = sharded_flat_.narrow(0, slot.offset, slot.numel).view(shapes_[i]);
+    if (!is_deferred(params_[i])) view.copy_(params_[i].detach());
+    sharded_views_.push_back(view);
   }
+}
 
+// This rank's shard, and the gathered buffer with every parameter's full
+// view of it (its storage freed until the first gather).
+void FlatParamGroup::make_sharded_storage(const at::TensorOptions& options, at::Device device) {
   const int rank = groups_.shard->rank();
-  sharded_flat_ = at::zeros({layout_.shard_numel()}, rest_options);
+  sharded_flat_ = at::zeros({layout_.shard_numel()}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto slice = layout_.local_slice(static_cast<int64_t>(i), rank);
     at::Tensor view = sharded_flat_.narrow(0, slice.shard_offset, slice.numel);
@@ -100,7 +122,30 @@ FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::
   // Views are made while the storage is allocated (view creation checks
   // bounds); from here on the storage is only resized in place.
   free_storage_view(gathered_flat_);
-  point_params_at(sharded_views_);
+}
+
+ShardLayout::LocalSlice FlatParamGroup::local_slice(int64_t param) const {
+  if (!aliased_) return layout_.local_slice(param, shard_rank());
+  const auto& slot = layout_.slot(param);
+  return ShardLayout::LocalSlice{0, slot.numel, slot.offset};
+}
+
+// Every ParamState change goes through here; see [Note: the states of a
+// FlatParamGroup] for the table.
+void FlatParamGroup::set_param_state(ParamState next) {
+  const ParamState now = param_state_;
+  bool allowed = false;
+  switch (next) {
+    case ParamState::kSharded: allowed = true; break;
+    case ParamState::kGathering: allowed = now == ParamState::kSharded; break;
+    case ParamState::kGathered:
+      allowed = now == ParamState::kGathering || now == ParamState::kGatheredParked;
+      break;
+    case ParamState::kGatheredParked: allowed = now == ParamState::kGathered; break;
+  }
+  TORCH_INTERNAL_ASSERT(allowed, "unit parameters cannot go from ", to_string(now), " to ",
+                        to_string(next));
+  param_state_ = next;
 }
 
 void FlatParamGroup::point_params_at(const std::vector<at::Tensor>& views) {
@@ -110,16 +155,17 @@ void FlatParamGroup::point_params_at(const std::vector<at::Tensor>& views) {
 // -- parameters -----------------------------------------------------------
 
 void FlatParamGroup::unshard_async() {
-  if (aliased_ || state_ != State::kSharded) return;
+  if (aliased_ || param_state_ != ParamState::kSharded) return;
   compat::resize_storage_bytes(gathered_flat_.storage().unsafeGetStorageImpl(), gathered_bytes());
   gathered_bytes_counter_->add(gathered_bytes());
+  live_gathers_->add();
   if (post_forward_shard_.defined()) {
     // Backward after a post-forward reshard: gather within the k-group.
     all_gather_input_ = std::move(post_forward_shard_);
-    post_forward_counter_->sub(post_forward_shard_bytes_of(all_gather_input_));
+    post_forward_counter_->sub(bytes_of(all_gather_input_));
     post_forward_shard_ = at::Tensor();
     pending_gather_ = post_forward_group_->all_gather(gathered_flat_, all_gather_input_);
-    state_ = State::kInFlight;
+    set_param_state(ParamState::kGathering);
     return;
   }
   // The shard is cast (mixed precision) and moved (offload) once per gather.
@@ -130,13 +176,13 @@ void FlatParamGroup::unshard_async() {
   } else {
     gathered_flat_.copy_(all_gather_input_);
   }
-  state_ = State::kInFlight;
+  set_param_state(ParamState::kGathering);
 }
 
 void FlatParamGroup::park_params_on_shards() {
-  if (aliased_ || state_ != State::kGathered) return;
+  if (aliased_ || param_state_ != ParamState::kGathered) return;
   point_params_at(sharded_views_);
-  shards_exposed_ = true;
+  set_param_state(ParamState::kGatheredParked);
 }
 
 double FlatParamGroup::shard_checksum(bool full) const {
@@ -150,37 +196,36 @@ double FlatParamGroup::shard_checksum(bool full) const {
 }
 
 void FlatParamGroup::wait_unshard() {
-  if (aliased_) return;
-  if (state_ == State::kGathered && shards_exposed_) {
+  if (aliased_ || param_state_ == ParamState::kGathered) return;
+  if (param_state_ == ParamState::kGatheredParked) {
     point_params_at(gathered_views_);
-    shards_exposed_ = false;
+    set_param_state(ParamState::kGathered);
     return;
   }
-  if (state_ == State::kSharded) unshard_async();
-  if (state_ != State::kInFlight) return;
+  if (param_state_ == ParamState::kSharded) unshard_async();
   if (pending_gather_) {
     WorkPtr work = std::move(pending_gather_);
     work->wait();
   }
   all_gather_input_.reset();
   point_params_at(gathered_views_);
-  state_ = State::kGathered;
+  set_param_state(ParamState::kGathered);
 }
 
 void FlatParamGroup::reshard() {
   discard_post_forward_shard();
-  if (aliased_ || state_ == State::kSharded) return;
-  if (state_ == State::kInFlight && pending_gather_) {
+  if (aliased_ || param_state_ == ParamState::kSharded) return;
+  if (param_state_ == ParamState::kGathering && pending_gather_) {
     // The gather writes into the buffer we are about to free.
     WorkPtr work = std::move(pending_gather_);
     work->wait();
   }
   all_gather_input_.reset();
   point_params_at(sharded_views_);
-  shards_exposed_ = false;
   free_storage_view(gathered_flat_);
   gathered_bytes_counter_->sub(gathered_bytes());
-  state_ = State::kSharded;
+  live_gathers_->sub();
+  set_param_state(ParamState::kSharded);
 }
 
 // [Note: resharding to a smaller group]
@@ -202,11 +247,11 @@ void FlatParamGroup::set_post_forward_group(ProcessGroupPtr group, MemoryCounter
 }
 
 void FlatParamGroup::reshard_after_forward() {
-  if (aliased_ || state_ == State::kSharded || !post_forward_group_) {
+  if (aliased_ || param_state_ == ParamState::kSharded || !post_forward_group_) {
     reshard();
     return;
   }
-  if (state_ == State::kInFlight) wait_unshard();
+  if (param_state_ == ParamState::kGathering) wait_unshard();
   const int k = post_forward_group_->size();
   const int64_t chunk = layout_.padded_numel() / k;
   at::NoGradGuard no_grad;
@@ -229,17 +274,11 @@ int64_t FlatParamGroup::gathered_bytes() const {
   return layout_.padded_numel() * static_cast<int64_t>(c10::elementSize(config_.compute_dtype));
 }
 
-int64_t FlatParamGroup::sharded_bytes() const {
-  return sharded_flat_.numel() * static_cast<int64_t>(sharded_flat_.element_size());
-}
+int64_t FlatParamGroup::sharded_bytes() const { return bytes_of(sharded_flat_); }
 
-int64_t FlatParamGroup::sharded_grad_bytes() const {
-  return sharded_grad_.defined() ? sharded_grad_.numel() * sharded_grad_.element_size() : 0;
-}
+int64_t FlatParamGroup::sharded_grad_bytes() const { return bytes_of(sharded_grad_); }
 
-int64_t FlatParamGroup::post_forward_shard_bytes() const {
-  return post_forward_shard_bytes_of(post_forward_shard_);
-}
+int64_t FlatParamGroup::post_forward_shard_bytes() const { return bytes_of(post_forward_shard_); }
 
 int64_t FlatParamGroup::full_param_bytes() const {
   return layout_.total_numel() * static_cast<int64_t>(sharded_flat_.element_size());

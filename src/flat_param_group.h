@@ -18,6 +18,7 @@
 
 #include "fsdp/comm/process_group.h"
 #include "fsdp/shard_layout.h"
+#include "live_gather_count.h"
 #include "memory_counter.h"
 
 namespace fsdp::detail {
@@ -41,12 +42,50 @@ struct FlatParamConfig {
   bool pin_memory = false;
 };
 
+// [Note: the states of a FlatParamGroup]
+// Two small state machines, each checked on every transition.
+//
+// Parameters (ParamState): where the parameters point, and whether the
+// gathered buffer is alive.
+//   kSharded          shards; gathered buffer freed
+//   kGathering        shards; all-gather in flight into the gathered buffer
+//   kGathered         full views of the gathered buffer
+//   kGatheredParked   shards, with the gathered buffer kept alive
+//                     (park_params_on_shards; see [Note: optimizer step
+//                     before backward] in unit_state.cpp)
+//     unshard_async           kSharded -> kGathering
+//     wait_unshard            kSharded|kGathering|kGatheredParked -> kGathered
+//     park_params_on_shards   kGathered -> kGatheredParked
+//     reshard                 any -> kSharded
+//
+// Gradients (GradState): what each parameter's .grad() holds.
+//   kSharded     its sharded gradient (or none)
+//   kStashed     this backward's full-shaped gradient; the sharded one aside
+//   kUnsynced    full-shaped gradients kept across backwards without
+//                gradient sync; any sharded ones still aside
+//   kReducing    nothing: the reduction of the full gradients is in
+//                flight; any sharded ones still aside
+//     stash_sharded_grads     kSharded -> kStashed (kUnsynced stays)
+//     keep_unsharded_grads    kSharded|kStashed|kUnsynced -> kUnsynced
+//     reduce_grads_async      kSharded|kStashed|kUnsynced -> kReducing
+//     finish_grad_reduction   kReducing -> kSharded (reduced shard installed);
+//                             kStashed -> kSharded (nothing was reduced: the
+//                             sharded gradients come back); others unchanged
+// Aliased units (is_aliased) never leave ParamState::kSharded and never
+// stash: their parameters and gradients are always full.
+enum class ParamState { kSharded, kGathering, kGathered, kGatheredParked };
+enum class GradState { kSharded, kStashed, kUnsynced, kReducing };
+const char* to_string(ParamState state);
+const char* to_string(GradState state);
+
 class FlatParamGroup {
  public:
   // Takes over `params` (same dtype and device, floating point): copies the
   // local shard out of each and points it at its sharded view. Collective-free.
+  // `gathered_bytes` counts the gathered buffers' bytes (statistics);
+  // `live_gathers` counts the units gathered or gathering (prefetch control).
   FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::string> names, UnitGroups groups,
-                 FlatParamConfig config, MemoryCounter* gathered_bytes);
+                 FlatParamConfig config, MemoryCounter* gathered_bytes, LiveGatherCount* live_gathers);
 
   // -- parameters --------------------------------------------------------
   // Starts gathering the full parameters (no-op if gathered or in flight).
@@ -75,8 +114,12 @@ class FlatParamGroup {
   // Sum of the local shard, or of an evenly spaced sample of it: a content
   // check, not a hash.
   double shard_checksum(bool full) const;
-  bool is_gathered() const { return state_ == State::kGathered; }
-  bool is_in_flight() const { return state_ == State::kInFlight; }
+  ParamState param_state() const { return param_state_; }
+  // The gathered buffer is alive (the parameters may be parked on shards).
+  bool is_gathered() const {
+    return param_state_ == ParamState::kGathered || param_state_ == ParamState::kGatheredParked;
+  }
+  bool is_in_flight() const { return param_state_ == ParamState::kGathering; }
   // True when the parameters never change shape or dtype (nothing sharded,
   // no mixed precision): unshard and reshard are no-ops.
   bool is_aliased() const { return aliased_; }
@@ -91,14 +134,14 @@ class FlatParamGroup {
   // Waits for the reduction and leaves each parameter's .grad() as its
   // sharded gradient (accumulated onto any stashed one).
   void finish_grad_reduction();
-  bool has_pending_reduction() const { return reduce_started_; }
+  GradState grad_state() const { return grad_state_; }
   // False when gradients need no communication at all (one rank, nothing
   // replicated): autograd's own accumulation already leaves the right values.
   bool needs_grad_reduction() const { return !aliased_ || groups_.replicate != nullptr; }
   // After a backward without gradient sync, full gradients stay on the
   // parameters and keep accumulating until a synchronizing backward.
-  void keep_unsharded_grads() { holding_unsharded_grads_ = true; }
-  bool holds_unsharded_grads() const { return holding_unsharded_grads_; }
+  void keep_unsharded_grads();
+  bool holds_unsharded_grads() const { return grad_state_ == GradState::kUnsynced; }
 
   // -- full parameters outside training (summon, deferred init) -----------
   // All-gathers the unit in the parameters' own dtype into a new 1-D buffer
@@ -116,6 +159,9 @@ class FlatParamGroup {
 
   // -- introspection -----------------------------------------------------
   const ShardLayout& layout() const { return layout_; }
+  // The part of parameter `param` this rank holds: its local slice of the
+  // shard layout, or the whole parameter when nothing is sharded (aliased).
+  ShardLayout::LocalSlice local_slice(int64_t param) const;
   const std::vector<at::Tensor>& params() const { return params_; }
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<std::vector<int64_t>>& shapes() const { return shapes_; }
@@ -136,11 +182,27 @@ class FlatParamGroup {
   const ProcessGroupPtr& post_forward_group() const { return post_forward_group_; }
 
  private:
-  enum class State { kSharded, kInFlight, kGathered };
+  // A gradient reduction in flight.
+  struct PendingReduction {
+    WorkPtr work;         // null when nothing was communicated
+    at::Tensor output;    // [shard_numel + num_params], reduce dtype
+    // This rank produced a gradient for every trainable parameter, so no
+    // rank-count read-back is needed. See [Note: unused-parameter flags].
+    bool every_param_used_locally = false;
+  };
+
+  void check_params(at::ScalarType dtype, at::Device device);
+  at::TensorOptions shard_options(at::ScalarType dtype, at::Device device) const;
+  void make_aliased_storage(const at::TensorOptions& options);
+  void make_sharded_storage(const at::TensorOptions& options, at::Device device);
+  void set_param_state(ParamState next);
+  void set_grad_state(GradState next);
   void point_params_at(const std::vector<at::Tensor>& views);
   void make_reduce_buffers();
   void write_used_flags();
   void scatter_grad_into(int64_t param, const at::Tensor& grad) const;
+  void restore_stashed_grads();
+  at::Tensor wait_for_reduced_shard();
   bool install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used);
   void install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count);
 
@@ -150,6 +212,7 @@ class FlatParamGroup {
   UnitGroups groups_;
   FlatParamConfig config_;
   MemoryCounter* gathered_bytes_counter_;
+  LiveGatherCount* live_gathers_;
   ShardLayout layout_;
   bool aliased_ = false;
   bool offload_ = false;  // shards and sharded grads live in host memory
@@ -161,16 +224,15 @@ class FlatParamGroup {
   std::vector<at::Tensor> gathered_views_;  // per param: full-shaped views
   at::Tensor all_gather_input_;             // the cast shard, alive while in flight
   WorkPtr pending_gather_;
-  State state_ = State::kSharded;
-  bool shards_exposed_ = false;  // gathered, but parameters point at shards
+  ParamState param_state_ = ParamState::kSharded;
   ProcessGroupPtr post_forward_group_;  // k consecutive ranks of the shard group
   MemoryCounter* post_forward_counter_ = nullptr;
   at::Tensor post_forward_shard_;  // 1-D, compute dtype, padded_numel / k
 
+  GradState grad_state_ = GradState::kSharded;
   at::Tensor sharded_grad_;                     // 1-D, param dtype, shard_numel
   std::vector<at::Tensor> sharded_grad_views_;  // per param, like sharded_views_
-  std::vector<at::Tensor> stashed_grads_;       // per param, during backward
-  bool grads_stashed_ = false;
+  std::vector<at::Tensor> stashed_grads_;       // per param, while stashed
   // See [Note: gradient reduction without per-parameter work]. Made at the
   // first reduction; the input's storage is freed between reductions.
   at::Tensor reduce_input_;  // [world, shard_numel + num_params], reduce dtype
@@ -186,11 +248,7 @@ class FlatParamGroup {
   at::Tensor device_flags_rows_;
   std::vector<float> device_flags_values_;
   int64_t flag_transfers_ = 0;
-  bool every_param_used_locally_ = false;
-  at::Tensor reduce_output_;  // [shard_numel + num_params]
-  WorkPtr pending_reduce_;
-  bool reduce_started_ = false;
-  bool holding_unsharded_grads_ = false;
+  PendingReduction pending_reduce_;  // meaningful in GradState::kReducing
 };
 
 }  // namespace fsdp::detail

@@ -21,7 +21,7 @@ detail::RootState& root_state_of(const UnitModule& root) {
   return *root.root_state();
 }
 
-int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+int64_t bytes(const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 
 }  // namespace
 
@@ -39,14 +39,9 @@ std::vector<ParamShard> param_shards(const UnitModule& root) {
       shard.unit = unit->name();
       const auto& replicate = group.groups().replicate;
       shard.primary = !replicate || replicate->rank() == 0;
-      if (group.is_aliased()) {
-        shard.flat_begin = 0;
-        shard.numel = layout.slot(i).numel;
-      } else {
-        const auto slice = layout.local_slice(i, group.shard_rank());
-        shard.flat_begin = slice.param_begin;
-        shard.numel = slice.numel;
-      }
+      const auto slice = group.local_slice(i);
+      shard.flat_begin = slice.param_begin;
+      shard.numel = slice.numel;
       shards.push_back(std::move(shard));
     }
   }

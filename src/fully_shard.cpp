@@ -10,16 +10,14 @@
 
 #include "deferred_init.h"
 #include "model_fingerprint.h"
+#include "resolve_unit_options.h"
 #include "root_state.h"
+#include "strategy_traits.h"
 #include "unit_discovery.h"
 #include "unit_state.h"
 
 namespace fsdp {
 namespace {
-
-bool is_hybrid(ShardingStrategy s) {
-  return s == ShardingStrategy::kHybridShard || s == ShardingStrategy::kHybridShardZero2;
-}
 
 // A group of just this rank, for strategies that shard nothing.
 ProcessGroupPtr make_self_group(const ProcessGroup& world) {
@@ -29,50 +27,19 @@ ProcessGroupPtr make_self_group(const ProcessGroup& world) {
 }
 
 detail::UnitGroups groups_for(const FullyShardOptions& options, const ProcessGroupPtr& world) {
-  switch (options.strategy()) {
-    case ShardingStrategy::kFullShard:
-    case ShardingStrategy::kShardGradOp:
+  switch (detail::traits_of(options.strategy()).reduction) {
+    case detail::GradientReduction::kReduceScatter:
       return {world, world, nullptr};
-    case ShardingStrategy::kNoShard: {
+    case detail::GradientReduction::kAllReduce: {
       ProcessGroupPtr self = make_self_group(*world);
       return {self, self, world->size() > 1 ? world : nullptr};
     }
-    case ShardingStrategy::kHybridShard:
-    case ShardingStrategy::kHybridShardZero2: {
+    case detail::GradientReduction::kReduceScatterThenAllReduce: {
       const auto& mesh = *options.mesh();
       return {mesh.shard, mesh.shard, mesh.replicate->size() > 1 ? mesh.replicate : nullptr};
     }
   }
-  TORCH_INTERNAL_ASSERT(false, "unknown sharding strategy");
-}
-
-detail::UnitConfig unit_config(const detail::DiscoveredUnit& unit, const FullyShardOptions& root_options) {
-  const FullyShardOptions& options = unit.module->unit_options().value_or(root_options);
-  detail::UnitConfig config;
-  config.name = unit.name;
-  config.is_root = unit.name.empty();
-  const bool zero2 = root_options.strategy() == ShardingStrategy::kShardGradOp ||
-                     root_options.strategy() == ShardingStrategy::kHybridShardZero2;
-  config.reshard_after_forward =
-      !zero2 && options.reshard_after_forward().value_or(!config.is_root);
-  config.prefetch = options.prefetch();
-  const auto& mp = options.mp();
-  if (mp.param_dtype() && mp.cast_forward_inputs()) config.cast_inputs_to = mp.param_dtype();
-  config.cast_outputs_to = mp.output_dtype();
-  return config;
-}
-
-detail::FlatParamConfig flat_config(const detail::DiscoveredUnit& unit,
-                                    const FullyShardOptions& root_options) {
-  const FullyShardOptions& options = unit.module->unit_options().value_or(root_options);
-  const at::ScalarType param_dtype = unit.params.empty() ? at::kFloat : unit.params[0].scalar_type();
-  const auto& mp = options.mp();
-  detail::FlatParamConfig config;
-  config.compute_dtype = mp.param_dtype().value_or(param_dtype);
-  config.reduce_dtype = mp.reduce_dtype().value_or(config.compute_dtype);
-  config.offload_to_cpu = root_options.offload().offload_params();
-  config.pin_memory = root_options.offload().pin_memory();
-  return config;
+  TORCH_INTERNAL_ASSERT(false, "unknown gradient reduction");
 }
 
 detail::IgnoredSet ignored_set(const FullyShardOptions& options) {
@@ -99,24 +66,10 @@ detail::IgnoredSet ignored_set(const FullyShardOptions& options) {
 // behind.
 bool wants_reduce_scatter_lane(const FullyShardOptions& options, const ProcessGroup& shard) {
   if (shard.size() == 1) return false;  // nothing is reduce-scattered
-  const bool gathers_in_backward = options.strategy() == ShardingStrategy::kFullShard ||
-                                   options.strategy() == ShardingStrategy::kHybridShard;
+  const detail::StrategyTraits& traits = detail::traits_of(options.strategy());
+  const bool gathers_in_backward = traits.shards_params && traits.regathers_in_backward;
   return options.separate_reduce_scatter_group().value_or(
       shard.options().backend == CommBackend::kNccl && gathers_in_backward);
-}
-
-// The post-forward group size of a unit (see [Note: resharding to a smaller
-// group]): 0 for none (a plain reshard, or no reshard at all).
-int post_forward_group_size(const detail::DiscoveredUnit& unit, const FullyShardOptions& root_options,
-                            const detail::UnitConfig& config, int shard_size) {
-  const FullyShardOptions& options = unit.module->unit_options().value_or(root_options);
-  const int k = options.reshard_after_forward_group_size();
-  if (k == 0 || !config.reshard_after_forward) return 0;
-  TORCH_CHECK(shard_size % k == 0, "fsdp: reshard_after_forward_group_size is ", k,
-              " for unit '", unit.name.empty() ? "<root>" : unit.name,
-              "', which does not divide the shard group size ", shard_size,
-              "; pick a divisor of it (e.g. the ranks per node)");
-  return k == shard_size ? 0 : k;
 }
 
 // Groups of k consecutive ranks of `shard`, made once per k on every rank in
@@ -162,7 +115,9 @@ void broadcast_buffers(ProcessGroup& world, const detail::DiscoveredModel& model
 // The hybrid strategies' default mesh: shard within a node.
 FullyShardOptions with_default_mesh(const FullyShardOptions& user_options) {
   FullyShardOptions options = user_options;
-  if (!is_hybrid(options.strategy()) || options.mesh()) return options;
+  if (!detail::traits_of(options.strategy()).replicates_across_groups || options.mesh()) {
+    return options;
+  }
   try {
     options.mesh(std::make_shared<DeviceMesh>(make_hybrid_mesh_from_env(options.process_group())));
   } catch (const c10::Error& e) {
@@ -175,27 +130,8 @@ FullyShardOptions with_default_mesh(const FullyShardOptions& user_options) {
   return options;
 }
 
-}  // namespace
-
-void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
-  user_options.validate();
-  const FullyShardOptions options = with_default_mesh(user_options);
-  const ProcessGroupPtr world = is_hybrid(options.strategy()) ? options.mesh()->world
-                                                              : options.process_group();
-  detail::DiscoveredModel model = detail::discover_units(root, ignored_set(options));
-  detail::check_same_model_on_all_ranks(*world, model);
-  if (options.sync_module_states() && world->size() > 1) broadcast_params(*world, model);
-  if ((options.sync_buffers() || options.sync_module_states()) && world->size() > 1) {
-    broadcast_buffers(*world, model);
-  }
-  const detail::DeferredParams deferred = detail::find_deferred_params(model);
-  if (const auto dtype = options.mp().buffer_dtype()) {
-    at::NoGradGuard no_grad;
-    for (auto& buffer : model.buffers) {
-      if (at::isFloatingType(buffer.scalar_type())) buffer.set_data(buffer.to(*dtype));
-    }
-  }
-
+// The shard group, its reduce-scatter lane and the replicate group.
+detail::UnitGroups make_unit_groups(const FullyShardOptions& options, const ProcessGroupPtr& world) {
   detail::UnitGroups groups = groups_for(options, world);
   if (wants_reduce_scatter_lane(options, *groups.shard)) {
     std::vector<int> all(static_cast<size_t>(groups.shard->size()));
@@ -203,49 +139,84 @@ void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
     groups.reduce_scatter =
         groups.shard->new_subgroup(all, groups.shard->options().name + "/reduce_scatter");
   }
-  auto root_state =
-      std::make_shared<detail::RootState>(world, options.max_inflight_all_gathers());
-  // Every per-unit choice is checked before any unit takes its parameters over.
-  std::vector<detail::UnitConfig> configs;
-  std::vector<int> group_sizes;
+  return groups;
+}
+
+// Wrap-time agreement across ranks: the same model, and rank 0's values
+// where the options ask for them.
+void sync_model_across_ranks(ProcessGroup& world, const detail::DiscoveredModel& model,
+                             const FullyShardOptions& options) {
+  detail::check_same_model_on_all_ranks(world, model);
+  if (world.size() == 1) return;
+  if (options.sync_module_states()) broadcast_params(world, model);
+  if (options.sync_buffers() || options.sync_module_states()) broadcast_buffers(world, model);
+}
+
+void cast_buffers(detail::DiscoveredModel& model, const MixedPrecisionPolicy& mp) {
+  const auto dtype = mp.buffer_dtype();
+  if (!dtype) return;
+  at::NoGradGuard no_grad;
+  for (auto& buffer : model.buffers) {
+    if (at::isFloatingType(buffer.scalar_type())) buffer.set_data(buffer.to(*dtype));
+  }
+}
+
+// Each unit takes its parameters over. Every per-unit choice is resolved
+// (and checked) before the first one does.
+void shard_units(detail::DiscoveredModel& model, const FullyShardOptions& options,
+                 const detail::UnitGroups& groups, detail::RootState& root_state) {
+  std::vector<detail::ResolvedUnitOptions> resolved;
   for (const auto& unit : model.units) {
-    configs.push_back(unit_config(unit, options));
-    const int k = post_forward_group_size(unit, options, configs.back(), groups.shard->size());
-    // A group of 1 keeps everything: the same as not resharding (FSDP2).
-    if (k == 1) configs.back().reshard_after_forward = false;
-    group_sizes.push_back(k == 1 ? 0 : k);
+    resolved.push_back(detail::resolve_unit_options(unit, options, groups.shard->size()));
   }
   std::map<int, ProcessGroupPtr> post_forward_groups;
   for (size_t u = 0; u < model.units.size(); ++u) {
     auto& unit = model.units[u];
-    const detail::UnitConfig& config = configs[u];
-    const int k = group_sizes[u];
-    const detail::FlatParamConfig flat = flat_config(unit, options);  // reads unit.params
     auto params = std::make_unique<detail::FlatParamGroup>(
-        std::move(unit.params), std::move(unit.param_names), groups, flat,
-        &root_state->gathered_bytes());
-    if (k > 0) {
+        std::move(unit.params), std::move(unit.param_names), groups, resolved[u].flat,
+        &root_state.gathered_bytes(), &root_state.live_gathers());
+    if (const int k = resolved[u].post_forward_group_size; k > 0) {
       params->set_post_forward_group(post_forward_group(post_forward_groups, *groups.shard, k),
-                                     &root_state->post_forward_bytes());
+                                     &root_state.post_forward_bytes());
     }
-    auto state = std::make_shared<detail::UnitState>(config, std::move(params),
-                                                     root_state.get());
-    root_state->add_unit(state);
+    auto state = std::make_shared<detail::UnitState>(resolved[u].unit, std::move(params), &root_state);
+    root_state.add_unit(state);
     unit.module->set_unit_state(std::move(state));
   }
-  const auto all_params = root.parameters();
-  {
-    // Tied parameters appear once per name; each ignored tensor is kept once.
-    std::unordered_set<const c10::TensorImpl*> seen;
-    for (const auto& unit : root_state->units()) {
-      for (const auto& p : unit->params().params()) seen.insert(p.unsafeGetTensorImpl());
-    }
-    std::vector<detail::IgnoredParam> ignored;
-    for (const auto& p : root.named_parameters()) {
-      if (seen.insert(p.value().unsafeGetTensorImpl()).second) ignored.push_back({p.key(), p.value()});
-    }
-    root_state->set_ignored_params(std::move(ignored));
+}
+
+// The parameters no unit took: ignored ones, each tensor once, under its
+// first name.
+std::vector<detail::IgnoredParam> params_outside_units(UnitModule& root,
+                                                       const detail::RootState& root_state) {
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& unit : root_state.units()) {
+    for (const auto& p : unit->params().params()) seen.insert(p.unsafeGetTensorImpl());
   }
+  std::vector<detail::IgnoredParam> ignored;
+  for (const auto& p : root.named_parameters()) {
+    if (seen.insert(p.value().unsafeGetTensorImpl()).second) ignored.push_back({p.key(), p.value()});
+  }
+  return ignored;
+}
+
+}  // namespace
+
+void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
+  user_options.validate();
+  const FullyShardOptions options = with_default_mesh(user_options);
+  const ProcessGroupPtr world = detail::traits_of(options.strategy()).replicates_across_groups
+                                    ? options.mesh()->world
+                                    : options.process_group();
+  detail::DiscoveredModel model = detail::discover_units(root, ignored_set(options));
+  sync_model_across_ranks(*world, model, options);
+  const detail::DeferredParams deferred = detail::find_deferred_params(model);
+  cast_buffers(model, options.mp());
+  const detail::UnitGroups groups = make_unit_groups(options, world);
+  auto root_state = std::make_shared<detail::RootState>(world, options.max_inflight_all_gathers());
+  shard_units(model, options, groups, *root_state);
+  root_state->set_ignored_params(params_outside_units(root, *root_state));
+  const auto all_params = root.parameters();
   const bool ignored_deferred = std::any_of(all_params.begin(), all_params.end(),
                                             [](const at::Tensor& p) { return is_deferred(p); });
   if (!deferred.empty() || ignored_deferred) {

@@ -4,6 +4,8 @@
 
 #include <ostream>
 
+#include "strategy_traits.h"
+
 namespace fsdp {
 
 const char* to_string(ShardingStrategy strategy) {
@@ -21,10 +23,36 @@ std::ostream& operator<<(std::ostream& os, ShardingStrategy strategy) {
   return os << to_string(strategy);
 }
 
+namespace {
+
+void check_reshard_choice(ShardingStrategy strategy, c10::optional<bool> reshard_after_forward,
+                          int group_size) {
+  const int k = group_size;
+  TORCH_CHECK(k >= 0, "fsdp: reshard_after_forward_group_size is ", k,
+              "; it must be 0 (unset), 1 (keep full parameters) or a divisor of the shard group "
+              "size");
+  const detail::StrategyTraits& traits = detail::traits_of(strategy);
+  TORCH_CHECK(k <= 1 || (traits.shards_params && traits.regathers_in_backward),
+              "fsdp: reshard_after_forward_group_size(", k, ") has no effect with strategy ",
+              to_string(strategy), ", which never reshards after forward; use kFullShard or "
+              "kHybridShard, or drop the option");
+  TORCH_CHECK(k <= 1 || reshard_after_forward.value_or(true), "fsdp: reshard_after_forward is "
+              "false but reshard_after_forward_group_size is ", k,
+              "; set only one of them (group size 1 means no resharding)");
+}
+
+void check_mixed_precision(const MixedPrecisionPolicy& mp) {
+  for (const auto& dtype : {mp.param_dtype(), mp.reduce_dtype(), mp.output_dtype()}) {
+    TORCH_CHECK(!dtype || at::isFloatingType(*dtype), "fsdp: mixed precision dtype ", *dtype,
+                " is not a floating-point type; use at::kBFloat16, at::kHalf or at::kFloat");
+  }
+}
+
+}  // namespace
+
 void FullyShardOptions::validate() const {
-  const bool hybrid = strategy_ == ShardingStrategy::kHybridShard ||
-                      strategy_ == ShardingStrategy::kHybridShardZero2;
-  if (hybrid) {
+  const detail::StrategyTraits& traits = detail::traits_of(strategy_);
+  if (traits.replicates_across_groups) {
     TORCH_CHECK((mesh_ && mesh_->world && mesh_->shard && mesh_->replicate) ||
                     (!mesh_ && process_group_),
                 "fsdp: strategy ", to_string(strategy_),
@@ -38,20 +66,8 @@ void FullyShardOptions::validate() const {
   }
   TORCH_CHECK(max_inflight_all_gathers_ >= 1, "fsdp: max_inflight_all_gathers is ",
               max_inflight_all_gathers_, "; it must be at least 1");
-  const int k = reshard_after_forward_group_size_;
-  TORCH_CHECK(k >= 0, "fsdp: reshard_after_forward_group_size is ", k,
-              "; it must be 0 (unset), 1 (keep full parameters) or a divisor of the shard group "
-              "size");
-  const bool zero2_like = strategy_ == ShardingStrategy::kShardGradOp ||
-                          strategy_ == ShardingStrategy::kHybridShardZero2 ||
-                          strategy_ == ShardingStrategy::kNoShard;
-  TORCH_CHECK(k <= 1 || !zero2_like, "fsdp: reshard_after_forward_group_size(", k,
-              ") has no effect with strategy ", to_string(strategy_),
-              ", which never reshards after forward; use kFullShard or kHybridShard, or drop "
-              "the option");
-  TORCH_CHECK(k <= 1 || reshard_after_forward_.value_or(true), "fsdp: reshard_after_forward is "
-              "false but reshard_after_forward_group_size is ", k,
-              "; set only one of them (group size 1 means no resharding)");
+  check_reshard_choice(strategy_, reshard_after_forward_,
+                               reshard_after_forward_group_size_);
   for (size_t i = 0; i < ignored_params_.size(); ++i) {
     TORCH_CHECK(ignored_params_[i].defined(), "fsdp: ignored_params[", i,
                 "] is an undefined tensor; pass the module's parameters themselves");
@@ -60,10 +76,15 @@ void FullyShardOptions::validate() const {
     TORCH_CHECK(ignored_modules_[i] != nullptr, "fsdp: ignored_modules[", i,
                 "] is nullptr; pass the modules themselves (holder.ptr())");
   }
-  for (const auto& dtype : {mp_.param_dtype(), mp_.reduce_dtype(), mp_.output_dtype()}) {
-    TORCH_CHECK(!dtype || at::isFloatingType(*dtype), "fsdp: mixed precision dtype ", *dtype,
-                " is not a floating-point type; use at::kBFloat16, at::kHalf or at::kFloat");
+  check_mixed_precision(mp_);
+}
+
+void UnitOptions::validate(ShardingStrategy strategy) const {
+  if (reshard_after_forward_group_size_ || reshard_after_forward_) {
+    check_reshard_choice(strategy, reshard_after_forward_,
+                                 reshard_after_forward_group_size_.value_or(0));
   }
+  if (mp_) check_mixed_precision(*mp_);
 }
 
 }  // namespace fsdp

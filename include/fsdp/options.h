@@ -64,10 +64,6 @@ struct MixedPrecisionPolicy {
   TORCH_ARG(bool, cast_forward_inputs) = true;
   /// Dtype of the unit's floating-point buffers. Default: unchanged.
   TORCH_ARG(c10::optional<at::ScalarType>, buffer_dtype) = c10::nullopt;
-
-  bool enabled() const {
-    return param_dtype_.has_value() || reduce_dtype_.has_value() || output_dtype_.has_value();
-  }
 };
 
 // Where sharded parameters and gradients live between uses.
@@ -153,6 +149,27 @@ struct FullyShardOptions {
  public:
   // Throws c10::Error naming the bad field, its value and the fix.
   void validate() const;
+};
+
+// Per-unit overrides of the root's FullyShardOptions, for
+// UnitModule::set_unit_options. Only these choices can differ between units;
+// each field left unset follows the root's options. Checked by fully_shard,
+// against the root's strategy, before any unit is sharded.
+//
+//   model->head->set_unit_options(fsdp::UnitOptions().reshard_after_forward(false));
+struct UnitOptions {
+  /// Default: the root's `reshard_after_forward`.
+  TORCH_ARG(c10::optional<bool>, reshard_after_forward) = c10::nullopt;
+  /// Default: the root's `reshard_after_forward_group_size`.
+  TORCH_ARG(c10::optional<int>, reshard_after_forward_group_size) = c10::nullopt;
+  /// Default: the root's `mp` (the whole policy is replaced, not merged).
+  TORCH_ARG(c10::optional<MixedPrecisionPolicy>, mp) = c10::nullopt;
+  /// Default: the root's `prefetch`.
+  TORCH_ARG(c10::optional<bool>, prefetch) = c10::nullopt;
+
+ public:
+  // Throws c10::Error naming the bad field, its value and the fix.
+  void validate(ShardingStrategy strategy) const;
 };
 
 }  // namespace fsdp

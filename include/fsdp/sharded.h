@@ -41,11 +41,10 @@ class UnitModule : public torch::nn::Module {
   bool is_sharded() const { return state_ != nullptr; }
   // The wrapped module.
   const std::shared_ptr<torch::nn::Module>& wrapped() const { return inner_; }
-  // Per-unit overrides of the root's options, read by fully_shard. Only the
-  // per-unit fields (reshard_after_forward, reshard_after_forward_group_size,
-  // mp, prefetch) are taken from it.
-  void set_unit_options(FullyShardOptions options) { unit_options_ = std::move(options); }
-  const c10::optional<FullyShardOptions>& unit_options() const { return unit_options_; }
+  // Per-unit overrides of the root's options, read and checked by
+  // fully_shard; set them before calling it.
+  void set_unit_options(UnitOptions options) { unit_options_ = std::move(options); }
+  const UnitOptions& unit_options() const { return unit_options_; }
 
   // Explicit prefetch (after fully_shard): the units whose gathers this
   // unit issues right after its own forward gather, or before its backward.
@@ -66,35 +65,36 @@ class UnitModule : public torch::nn::Module {
 
  protected:
   explicit UnitModule(std::shared_ptr<torch::nn::Module> inner);
-  // Called around the wrapped forward; they take pointers to the tensors in
-  // the arguments and results, which they may replace (hooks, casts).
-  void before_forward(detail::TensorRefs& inputs);
-  void after_forward(detail::TensorRefs& outputs);
+  // Runs impl.forward(args...) between the unit's pre- and post-forward
+  // (a plain call until fully_shard reaches this unit).
+  template <class R, class Impl, class... Args>
+  R run_forward(Impl& impl, Args&&... args);
 
   std::shared_ptr<torch::nn::Module> inner_;
   std::shared_ptr<detail::UnitState> state_;
   std::shared_ptr<detail::RootState> root_state_;
-  c10::optional<FullyShardOptions> unit_options_;
+  UnitOptions unit_options_;
+
+ private:
+  // Called around the wrapped forward; they take pointers to the tensors in
+  // the arguments and results, which they may replace (hooks, casts).
+  void before_forward(detail::TensorRefs& inputs);
+  void after_forward(detail::TensorRefs& outputs);
 };
 
-namespace detail {
-
-// Runs the wrapped forward between the unit's pre- and post-forward.
-template <class R, class Self, class Impl, class... Args>
-R run_sharded_forward(Self& self, Impl& impl, Args&&... args) {
-  if (!self.is_sharded()) return impl.forward(std::forward<Args>(args)...);
+template <class R, class Impl, class... Args>
+R UnitModule::run_forward(Impl& impl, Args&&... args) {
+  if (!is_sharded()) return impl.forward(std::forward<Args>(args)...);
   std::tuple<std::decay_t<Args>...> local(std::forward<Args>(args)...);
-  TensorRefs inputs;
-  collect_tensors(inputs, local);
-  self.before_forward_public(inputs);
+  detail::TensorRefs inputs;
+  detail::collect_tensors(inputs, local);
+  before_forward(inputs);
   R out = std::apply([&impl](auto&... a) -> R { return impl.forward(a...); }, local);
-  TensorRefs outputs;
-  collect_tensors(outputs, out);
-  self.after_forward_public(outputs);
+  detail::TensorRefs outputs;
+  detail::collect_tensors(outputs, out);
+  after_forward(outputs);
   return out;
 }
-
-}  // namespace detail
 
 template <class Impl, class Forward = decltype(&Impl::forward)>
 class ShardedImpl;
@@ -121,16 +121,10 @@ class ShardedImpl<Impl, R (Class::*)(Args...)> : public UnitModule {
   template <class I = Impl, class = std::enable_if_t<std::is_default_constructible<I>::value>>
   ShardedImpl() : ShardedImpl(std::make_shared<Impl>()) {}
 
-  R forward(Args... args) {
-    return detail::run_sharded_forward<R>(*this, *module(), std::forward<Args>(args)...);
-  }
+  R forward(Args... args) { return this->template run_forward<R>(*module(), std::forward<Args>(args)...); }
 
   // The wrapped module, e.g. to reach its members.
   const std::shared_ptr<Impl>& module() const { return typed_; }
-
-  // Used by run_sharded_forward; not part of the user API.
-  void before_forward_public(detail::TensorRefs& inputs) { before_forward(inputs); }
-  void after_forward_public(detail::TensorRefs& outputs) { after_forward(outputs); }
 
  private:
   std::shared_ptr<Impl> typed_;  // == inner_, typed (Impl may derive virtually from Module)

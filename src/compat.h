@@ -33,9 +33,6 @@ using C10dBackend = c10d::Backend;
 using C10dBackend = c10d::ProcessGroup;
 #endif
 
-constexpr int kTorchMajor = TORCH_VERSION_MAJOR;
-constexpr int kTorchMinor = TORCH_VERSION_MINOR;
-
 // Frees (nbytes == 0) or re-allocates a storage in place. The StorageImpl
 // keeps its identity, so every view that autograd saved on it stays valid
 // once the storage is refilled. Contents are not preserved.

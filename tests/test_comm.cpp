@@ -4,7 +4,6 @@
 // never joins a collective makes its peers fail instead of hang.
 
 #include <ATen/ATen.h>
-#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 
@@ -355,23 +354,6 @@ TEST(CommFaults, PeerThatNeverJoinsFailsGroupCreation) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(7));
   store.reset();
   std::filesystem::remove_all(dir);
-}
-
-// The harness itself: a failing rank fails the test and names the rank...
-TEST(RankHarness, ReportsEveryFailingRank) {
-  EXPECT_NONFATAL_FAILURE(run_ranks(2, [](RankContext& ctx) {
-    if (ctx.rank == 1) throw std::runtime_error("boom on one");
-  }), "rank 1: boom on one");
-}
-
-// ...and a hung rank ends the process instead of hanging it.
-TEST(RankHarnessDeathTest, HungRankEndsTheProcess) {
-  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
-  testing::RankRunOptions options;
-  options.timeout = std::chrono::milliseconds(500);
-  EXPECT_EXIT(run_ranks(2, [](RankContext& ctx) {
-    if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::hours(1));
-  }, options), ::testing::ExitedWithCode(3), "rank\\(s\\) 1 still running after 500 ms");
 }
 
 }  // namespace

@@ -4,8 +4,9 @@
 //     hosts (10.77.0.1 and 10.77.0.2); one fsdp-run per "host" trains over
 //     that link (`ip`, from iproute2).
 //   MpirunLaunch: OpenMPI's mpirun starts the ranks (openmpi-bin).
-// Both need root (namespaces; mpirun's --allow-run-as-root) and what
-// scripts/install-deps.sh installs. Missing tools fail the test by name.
+// Both need what scripts/install-deps.sh installs; TwoHostNamespaces also
+// needs root. CTest labels say so (tests/CMakeLists.txt): "root;netns" and
+// "mpirun". Missing tools fail the test by name.
 
 #include <gtest/gtest.h>
 

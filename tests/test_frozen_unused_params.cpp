@@ -3,10 +3,8 @@
 //    trainable parameters, and a unit that is frozen whole;
 //  - unused in a step (a parameter, or a whole unit, skipped by forward on
 //    every rank alike): its gradient must stay as the reference leaves it,
-//    undefined if it never had one, so AdamW skips it;
-//  - tied across two sibling units, wrapped twice, sharded twice, or not
-//    floating point: clear errors at fully_shard.
-// The tied LM head inside one unit is covered by the GPT parity tests.
+//    undefined if it never had one, so AdamW skips it.
+// Parameters tied across units are an error: test_fully_shard_errors.cpp.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -18,7 +16,6 @@
 #include <string>
 
 #include "fsdp/fsdp.h"
-#include "harness/assertions.h"
 #include "harness/models.h"
 #include "harness/parity.h"
 #include "harness/rank_harness.h"
@@ -304,139 +301,6 @@ INSTANTIATE_TEST_SUITE_P(
       return "ws" + std::to_string(info.param.world_size) + "_" + to_string(info.param.strategy) +
              "_" + to_string(info.param.optimizer);
     });
-
-// -- tied, wrapped twice, non-floating ----------------------------------------
-
-// y = x W^T with a weight handed in, so two modules can share one tensor.
-class SharedWeightLinearImpl : public torch::nn::Module {
- public:
-  explicit SharedWeightLinearImpl(at::Tensor w) { weight = register_parameter("weight", std::move(w)); }
-  at::Tensor forward(const at::Tensor& x) { return at::matmul(x, weight.t()); }
-  at::Tensor weight;
-};
-TORCH_MODULE(SharedWeightLinear);
-
-// Two children, `first` then `second`, run in sequence. A root with a plain
-// forward (Sequential's forward is a template, which Sharded<> cannot wrap).
-class PairImpl : public torch::nn::Module {
- public:
-  template <class A, class B>
-  PairImpl(A a, B b) {
-    register_module("first", a.ptr());
-    register_module("second", b.ptr());
-    first_ = [a](const at::Tensor& x) mutable { return a->forward(x); };
-    second_ = [b](const at::Tensor& x) mutable { return b->forward(x); };
-  }
-  at::Tensor forward(const at::Tensor& x) { return second_(first_(x)); }
-
- private:
-  std::function<at::Tensor(const at::Tensor&)> first_, second_;
-};
-TORCH_MODULE(Pair);
-
-TEST(TiedParams, AcrossSiblingUnitsIsAnErrorThatSaysHowToFixIt) {
-  run_ranks(2, [](RankContext& ctx) {
-    at::Tensor w = at::randn({4, 4});
-    Pair pair{fsdp::Sharded<SharedWeightLinear>(SharedWeightLinear(w)),
-              fsdp::Sharded<SharedWeightLinear>(SharedWeightLinear(w))};
-    try {
-      fully_shard(pair, FullyShardOptions().process_group(ctx.group));
-      ADD_FAILURE() << "rank " << ctx.rank << ": tying across units did not throw";
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("parameter 'first.weight' (also reachable as 'second.weight')"),
-                std::string::npos)
-          << what;
-      EXPECT_NE(what.find("shared by units 'first' and 'second'"), std::string::npos) << what;
-      EXPECT_NE(what.find("Tied parameters must live in one unit"), std::string::npos) << what;
-      EXPECT_NE(what.find("do not wrap the tied submodules as separate units"), std::string::npos)
-          << what;
-    }
-  });
-}
-
-// A head unit tied to the root's embedding: the tie crosses units too.
-TEST(TiedParams, BetweenRootAndUnitIsAnError) {
-  run_ranks(1, [](RankContext& ctx) {
-    torch::nn::Linear embed(4, 4);
-    Pair pair(embed, fsdp::Sharded<SharedWeightLinear>(SharedWeightLinear(embed->weight)));
-    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions().process_group(ctx.group)),
-                       "is shared by units '<root>' and 'second'");
-  });
-}
-
-TEST(WrapErrors, OneModuleWrappedTwiceIsSharedByTwoUnits) {
-  run_ranks(1, [](RankContext& ctx) {
-    torch::nn::Linear lin(3, 3);
-    Pair pair{fsdp::Sharded<torch::nn::Linear>(lin), fsdp::Sharded<torch::nn::Linear>(lin)};
-    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions().process_group(ctx.group)),
-                       "is shared by units 'first' and 'second'");
-  });
-}
-
-TEST(WrapErrors, OneUnitRegisteredTwiceIsAnError) {
-  run_ranks(1, [](RankContext& ctx) {
-    fsdp::Sharded<torch::nn::Linear> unit(torch::nn::Linear(3, 3));
-    Pair pair(unit, unit);
-    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions().process_group(ctx.group)),
-                       "unit 'second' appears twice in the model");
-  });
-}
-
-TEST(WrapErrors, FullyShardTwiceIsAnError) {
-  run_ranks(2, [](RankContext& ctx) {
-    Mlp local(4, 5, 2, true);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
-    EXPECT_THROWS_WITH(fully_shard(model, FullyShardOptions().process_group(ctx.group)),
-                       "this model is already sharded; call fully_shard once");
-    // The model still trains after the refused call.
-    at::Tensor x = at::randn({2, 4});
-    EXPECT_NO_THROW(model->forward(x).sum().backward());
-  });
-}
-
-TEST(WrapErrors, AUnitShardedByAnotherModelIsAnError) {
-  run_ranks(1, [](RankContext& ctx) {
-    fsdp::Sharded<torch::nn::Linear> unit(torch::nn::Linear(3, 3));
-    auto first = fully_shard(Pair(unit, torch::nn::Linear(3, 3)),
-                             FullyShardOptions().process_group(ctx.group));
-    Pair second(unit, torch::nn::Linear(3, 3));
-    EXPECT_THROWS_WITH(fully_shard(second, FullyShardOptions().process_group(ctx.group)),
-                       "unit 'first' is already sharded (by another fully_shard call)");
-  });
-}
-
-class IntParamImpl : public torch::nn::Module {
- public:
-  IntParamImpl() {
-    lin = register_module("lin", torch::nn::Linear(3, 3));
-    steps = register_parameter("steps", at::zeros({2}, at::kLong), /*requires_grad=*/false);
-  }
-  at::Tensor forward(const at::Tensor& x) { return lin->forward(x); }
-  torch::nn::Linear lin{nullptr};
-  at::Tensor steps;
-};
-TORCH_MODULE(IntParam);
-
-TEST(WrapErrors, NonFloatingParameterIsNamed) {
-  run_ranks(2, [](RankContext& ctx) {
-    Pair pair{fsdp::Sharded<IntParam>(IntParam()), torch::nn::Linear(3, 3)};
-    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions().process_group(ctx.group)),
-                       "parameter 'first.steps' has dtype Long; only floating-point parameters "
-                       "can be sharded (register integer state as a buffer instead)");
-  });
-}
-
-TEST(WrapErrors, MixedDtypesInOneUnitAreNamed) {
-  run_ranks(1, [](RankContext& ctx) {
-    torch::nn::Linear a(3, 3), b(3, 3);
-    b->to(at::kDouble);
-    Pair pair{fsdp::Sharded<Pair>(Pair(a, b)), torch::nn::Tanh()};
-    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions().process_group(ctx.group)),
-                       "parameters of one unit must share a dtype, but 'first.first.weight' is "
-                       "Float and 'first.second.weight' is Double");
-  });
-}
 
 }  // namespace
 }  // namespace fsdp::testing

@@ -1,4 +1,4 @@
-// Counts the collectives one training step issues (DESIGN.md section 6,
+// Counts the collectives one training step issues (docs/design.md section 8,
 // "Counts"). With a root plus k block units:
 //   FULL_SHARD:     k+1 all-gathers in forward, k in backward (the root keeps
 //                   its parameters from forward), k+1 reduce-scatters;

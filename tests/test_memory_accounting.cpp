@@ -1,4 +1,4 @@
-// Memory, by tensor-byte accounting (DESIGN.md sections 5 and 6), at world
+// Memory, by tensor-byte accounting (docs/design.md section 8, "Memory"), at world
 // size 4 with FULL_SHARD and AdamW on a small GPT:
 //  - persistent bytes per rank (sharded params + sharded grads + AdamW's two
 //    moments) are a quarter of the unsharded total (4 x the parameter bytes),

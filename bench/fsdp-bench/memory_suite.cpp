@@ -5,7 +5,7 @@
 // Per rank it reports the persistent bytes (sharded parameters, sharded
 // gradients, AdamW's two moments) against the unsharded total, and the most
 // gathered parameter bytes alive at once in forward and in backward against
-// the root unit plus the two largest units (DESIGN.md section 5). The
+// the root unit plus the two largest units (docs/design.md section 8). The
 // baseline, one process training the same model one step, is measured in the
 // same run: its parameters, gradients and AdamW state.
 //

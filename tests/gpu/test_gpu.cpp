@@ -1,6 +1,6 @@
 // GPU tests (label "gpu"): run only where LibTorch has CUDA. Several NCCL
 // ranks cannot share one GPU, so NCCL runs at world size 1 here and
-// multi-rank logic is covered by the Gloo tests (DESIGN.md section 3).
+// multi-rank logic is covered by the Gloo tests (docs/design.md section 8, "GPU").
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 #pragma once
 // Parity checking: FSDP at world size N against one process training on the
-// same global batch (DESIGN.md section 6).
+// same global batch (docs/design.md section 8, "Parity").
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>

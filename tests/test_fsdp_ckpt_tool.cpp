@@ -121,7 +121,7 @@ TEST(FsdpCkptTool, InspectPrintsTheTable) {
 
   const ToolRun missing = fsdp_ckpt("inspect " + tmp / "nope");
   EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_TRUE(contains(missing.output, "fsdp-ckpt: error: checkpoint directory '" + tmp / "nope" + "' does not exist"))
+  EXPECT_TRUE(contains(missing.output, "fsdp-ckpt: error: fsdp: checkpoint directory '" + tmp / "nope" + "' does not exist"))
       << missing.output;
 }
 

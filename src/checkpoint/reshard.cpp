@@ -14,7 +14,7 @@ namespace fsdp::ckpt {
 namespace fs = std::filesystem;
 
 void reshard(const std::string& dir, int world_size, const std::string& out, bool overwrite) {
-  TORCH_CHECK(world_size >= 1, "reshard: world size must be >= 1, got ", world_size);
+  TORCH_CHECK(world_size >= 1, "fsdp: reshard: world size must be >= 1, got ", world_size);
   const Reader reader = Reader::open(dir);
   const Index& source = reader.index();
   detail::check_target(out, overwrite);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/error_cause.h"
 #include "checkpoint/rank_file.h"
 #include "checkpoint/staging.h"
 #include "fsdp/checkpoint/atomic_file.h"
@@ -65,11 +66,6 @@ void run_hook(int rank, testing::SavePhase phase, const std::string& path) {
   if (hook) hook(rank, phase, path);
 }
 
-std::string error_text(const std::exception& e) {
-  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) return c10e->what_without_backtrace();
-  return e.what();
-}
-
 constexpr const char* kOk = "ok:";
 constexpr const char* kError = "error:";
 
@@ -88,24 +84,24 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 void check_local_pieces(const std::vector<TensorPiece>& pieces) {
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
   for (const auto& p : pieces) {
-    TORCH_CHECK(!p.name.empty(), "a piece has an empty tensor name");
+    TORCH_CHECK(!p.name.empty(), "fsdp: a piece has an empty tensor name");
     for (int64_t d : p.global_shape)
-      TORCH_CHECK(d >= 0, "tensor '", p.name, "' has a negative dimension in global_shape");
+      TORCH_CHECK(d >= 0, "fsdp: tensor '", p.name, "' has a negative dimension in global_shape");
     safetensors::dtype_name(p.dtype);  // throws for dtypes safetensors cannot store
-    TORCH_CHECK(p.data.defined(), "piece of '", p.name, "' at element ", p.flat_begin, " has no data");
-    TORCH_CHECK(p.data.scalar_type() == p.dtype, "piece of '", p.name, "' at element ", p.flat_begin,
+    TORCH_CHECK(p.data.defined(), "fsdp: piece of '", p.name, "' at element ", p.flat_begin, " has no data");
+    TORCH_CHECK(p.data.scalar_type() == p.dtype, "fsdp: piece of '", p.name, "' at element ", p.flat_begin,
                 " holds ", c10::toString(p.data.scalar_type()), " data but declares dtype ",
                 c10::toString(p.dtype));
     const int64_t numel = numel_of(p.global_shape);
     const int64_t end = p.flat_begin + p.data.numel();
-    TORCH_CHECK(p.flat_begin >= 0 && end <= numel, "piece of '", p.name, "' covers elements [",
+    TORCH_CHECK(p.flat_begin >= 0 && end <= numel, "fsdp: piece of '", p.name, "' covers elements [",
                 p.flat_begin, ", ", end, ") but the tensor has ", numel, " elements");
     if (end > p.flat_begin) ranges[p.name].emplace_back(p.flat_begin, end);
   }
   for (auto& [name, rs] : ranges) {
     std::sort(rs.begin(), rs.end());
     for (size_t i = 1; i < rs.size(); ++i)
-      TORCH_CHECK(rs[i].first >= rs[i - 1].second, "this rank passes overlapping pieces of '", name,
+      TORCH_CHECK(rs[i].first >= rs[i - 1].second, "fsdp: this rank passes overlapping pieces of '", name,
                   "': [", rs[i - 1].first, ", ", rs[i - 1].second, ") and [", rs[i].first, ", ",
                   rs[i].second, ")");
   }
@@ -183,7 +179,7 @@ Index build_index(const std::vector<json>& records, const SaveOptions& options) 
         continue;
       }
       const TensorInfo& t = index.tensors[it->second];
-      TORCH_CHECK(t.shape == shape && t.dtype == dtype, "ranks disagree about tensor '", name, "': rank ",
+      TORCH_CHECK(t.shape == shape && t.dtype == dtype, "fsdp: ranks disagree about tensor '", name, "': rank ",
                   declared_by[name], " says shape ", c10::IntArrayRef(t.shape), " ", c10::toString(t.dtype),
                   ", rank ", rank, " says shape ", c10::IntArrayRef(shape), " ", c10::toString(dtype));
     }
@@ -209,15 +205,15 @@ Index build_index(const std::vector<json>& records, const SaveOptions& options) 
     int covered_by = -1;
     for (const auto& p : t.pieces) {
       const int rank = index.files[p.file].rank;
-      TORCH_CHECK(p.flat_begin >= covered, "ranks ", covered_by, " and ", rank, " both hold elements [",
+      TORCH_CHECK(p.flat_begin >= covered, "fsdp: ranks ", covered_by, " and ", rank, " both hold elements [",
                   p.flat_begin, ", ", std::min(covered, p.flat_end), ") of '", t.name,
                   "' (a replicated tensor must be passed by one rank only)");
-      TORCH_CHECK(p.flat_begin == covered, "no rank holds elements [", covered, ", ", p.flat_begin,
+      TORCH_CHECK(p.flat_begin == covered, "fsdp: no rank holds elements [", covered, ", ", p.flat_begin,
                   ") of '", t.name, "'");
       covered = p.flat_end;
       covered_by = rank;
     }
-    TORCH_CHECK(covered == t.numel(), "no rank holds elements [", covered, ", ", t.numel(), ") of '",
+    TORCH_CHECK(covered == t.numel(), "fsdp: no rank holds elements [", covered, ", ", t.numel(), ") of '",
                 t.name, "' (shape ", c10::IntArrayRef(t.shape), ")");
   }
   return index;
@@ -229,8 +225,8 @@ std::vector<std::string> exchange(ProcessGroup& group, const std::string& dir, c
   try {
     return all_gather_strings(group, mine);
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, "checkpoint save to '", dir, "' failed ", stage, ", when the ranks exchanged results: ",
-                error_text(e), " (was a rank killed? any previous checkpoint at '", dir,
+    TORCH_CHECK(false, "fsdp: checkpoint save to '", dir, "' failed ", stage, ", when the ranks exchanged results: ",
+                detail::error_cause(e), " (was a rank killed? any previous checkpoint at '", dir,
                 "' is untouched; the incomplete save may be left in '", dir, ".partial-*')");
   }
 }
@@ -241,7 +237,7 @@ void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorP
           const SaveOptions& options) {
   const int rank = group.rank();
   const int world_size = group.size();
-  TORCH_CHECK(options.checksum_block_bytes > 0, "SaveOptions::checksum_block_bytes must be positive, got ",
+  TORCH_CHECK(options.checksum_block_bytes > 0, "fsdp: SaveOptions::checksum_block_bytes must be positive, got ",
               options.checksum_block_bytes);
 
   // Round 1: rank 0 checks the target and creates the staging directory.
@@ -253,11 +249,11 @@ void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorP
       detail::create_staging(staging);
       verdict = kOk + staging;
     } catch (const std::exception& e) {
-      verdict = kError + error_text(e);
+      verdict = kError + detail::error_cause(e);
     }
   }
   const std::string round1 = exchange(group, dir, "while preparing the target", verdict).at(0);
-  TORCH_CHECK(!is_error(round1), "checkpoint save to '", dir, "' failed before writing anything: ",
+  TORCH_CHECK(!is_error(round1), "fsdp: checkpoint save to '", dir, "' failed before writing anything: ",
               payload(round1));
   const std::string staging = payload(round1);
 
@@ -266,7 +262,7 @@ void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorP
   try {
     mine = kOk + write_my_file(staging, rank, world_size, my_pieces, options.checksum_block_bytes).dump();
   } catch (const std::exception& e) {
-    mine = kError + error_text(e);
+    mine = kError + detail::error_cause(e);
   }
   const std::vector<std::string> round2 = exchange(group, dir, "while writing data files", mine);
   std::string failures;
@@ -291,26 +287,26 @@ void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorP
         verdict = kOk;
       } catch (const std::exception& e) {
         detail::remove_quietly(staging);
-        verdict = kError + std::string("rank 0 could not complete the checkpoint: ") + error_text(e);
+        verdict = kError + std::string("rank 0 could not complete the checkpoint: ") + detail::error_cause(e);
       }
     }
   }
   const std::string round3 = exchange(group, dir, "while writing the index", verdict).at(0);
-  TORCH_CHECK(!is_error(round3), "checkpoint save to '", dir, "' failed (any previous checkpoint there is "
+  TORCH_CHECK(!is_error(round3), "fsdp: checkpoint save to '", dir, "' failed (any previous checkpoint there is "
               "untouched): ", payload(round3));
 }
 
 void save_local(const std::string& dir, const std::vector<std::vector<TensorPiece>>& pieces_by_rank,
                 const SaveOptions& options) {
   const int world_size = static_cast<int>(pieces_by_rank.size());
-  TORCH_CHECK(world_size >= 1, "save_local needs the pieces of at least one rank");
-  TORCH_CHECK(options.checksum_block_bytes > 0, "SaveOptions::checksum_block_bytes must be positive, got ",
+  TORCH_CHECK(world_size >= 1, "fsdp: save_local needs the pieces of at least one rank");
+  TORCH_CHECK(options.checksum_block_bytes > 0, "fsdp: SaveOptions::checksum_block_bytes must be positive, got ",
               options.checksum_block_bytes);
   try {
     detail::check_target(dir, options.overwrite);
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "checkpoint save to '", dir, "' failed before writing anything: ",
-                e.what_without_backtrace());
+    TORCH_CHECK(false, "fsdp: checkpoint save to '", dir, "' failed before writing anything: ",
+                detail::error_cause(e));
   }
   const std::string staging = detail::staging_path(dir, detail::new_staging_id());
   detail::create_staging(staging);
@@ -321,7 +317,7 @@ void save_local(const std::string& dir, const std::vector<std::vector<TensorPiec
         records.push_back(write_my_file(staging, rank, world_size, pieces_by_rank[rank],
                                         options.checksum_block_bytes));
       } catch (const std::exception& e) {
-        TORCH_CHECK(false, "rank ", rank, ": ", error_text(e));
+        TORCH_CHECK(false, "fsdp: rank ", rank, ": ", detail::error_cause(e));
       }
     }
     Index index = build_index(records, options);
@@ -329,8 +325,8 @@ void save_local(const std::string& dir, const std::vector<std::vector<TensorPiec
     detail::publish_checkpoint(staging, index, dir, options.overwrite);
   } catch (const std::exception& e) {
     detail::remove_quietly(staging);
-    TORCH_CHECK(false, "checkpoint save to '", dir, "' failed (any previous checkpoint there is untouched): ",
-                error_text(e));
+    TORCH_CHECK(false, "fsdp: checkpoint save to '", dir, "' failed (any previous checkpoint there is untouched): ",
+                detail::error_cause(e));
   }
 }
 

@@ -55,7 +55,7 @@ KeyCheck compare_keys(const Reader& reader, const std::map<std::string, Expected
 
 void check_strict(const Reader& reader, const std::map<std::string, ExpectedTensor>& expected) {
   KeyCheck check = compare_keys(reader, expected);
-  TORCH_CHECK(check.ok(), check.message("checkpoint '" + reader.dir() + "'"));
+  TORCH_CHECK(check.ok(), "fsdp: ", check.message("checkpoint '" + reader.dir() + "'"));
 }
 
 }  // namespace fsdp::ckpt

@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "checkpoint/error_cause.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/strict_check.h"
 #include "fsdp/comm/process_group.h"
@@ -38,8 +39,8 @@ std::vector<TensorPiece> training_state_pieces(const UnitModule& root,
     if (!shard.primary) continue;
     pieces.push_back(piece_of(shard.name, shard, shard.param));
     if (!optimizer) continue;
-    detail::OptimizerFields fields;
-    if (!detail::read_optimizer_state(*optimizer, shard.param, &fields)) continue;
+    fsdp::detail::OptimizerFields fields;
+    if (!fsdp::detail::read_optimizer_state(*optimizer, shard.param, &fields)) continue;
     for (const auto& f : fields.tensors) {
       pieces.push_back(piece_of(state_name(shard.name, f.first), shard, f.second));
     }
@@ -74,7 +75,7 @@ LoadResult load_training_state(ProcessGroup& group, const std::string& dir, Unit
   try {
     reader = Reader::open(dir);
   } catch (const std::exception& e) {
-    error = e.what();
+    error = detail::error_cause(e);
   }
   const auto shards = param_shards(root);
   if (error.empty()) {
@@ -118,7 +119,7 @@ LoadResult load_training_state(ProcessGroup& group, const std::string& dir, Unit
   if (optimizer) {
     for (const auto& shard : shards) {
       std::map<std::string, at::Tensor> fields;
-      for (const auto& field : detail::optimizer_tensor_fields()) {
+      for (const auto& field : fsdp::detail::optimizer_tensor_fields()) {
         const std::string name = state_name(shard.name, field);
         if (!reader->contains(name)) continue;
         fields[field] = reader->read(name, shard.flat_begin, shard.numel)
@@ -128,7 +129,7 @@ LoadResult load_training_state(ProcessGroup& group, const std::string& dir, Unit
       if (fields.empty()) continue;
       const std::string step_name = state_name(shard.name, "step");
       const int64_t step = reader->contains(step_name) ? reader->read_full(step_name).item<int64_t>() : 0;
-      detail::install_optimizer_state(*optimizer, shard.param, fields, step);
+      fsdp::detail::install_optimizer_state(*optimizer, shard.param, fields, step);
     }
   }
   return LoadResult{reader->step(), reader->extras(), reader->saved_world_size()};

@@ -13,14 +13,16 @@
 #include "checkpoint/error_cause.h"
 #include "checkpoint/rank_file.h"
 #include "checkpoint/staging.h"
+#include "checkpoint/verdict.h"
 #include "fsdp/checkpoint/atomic_file.h"
 #include "fsdp/checkpoint/index.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/comm/process_group.h"
 
 // [Note: checkpoint commit protocol]
-// A save is three rounds of all_gather_strings over the group, so that every
-// rank learns every outcome and all of them return or throw together:
+// A save is three rounds in which every rank sends every other its Verdict
+// (verdict.h: ok, the error, the result), so that every rank learns every
+// outcome and all of them return or throw together:
 //   1. Rank 0 checks the target (parent exists and is writable; an existing
 //      target needs overwrite and must itself be a checkpoint or empty) and
 //      creates the staging directory "<dir>.partial-<id>". Its verdict and
@@ -64,14 +66,6 @@ void run_hook(int rank, testing::SavePhase phase, const std::string& path) {
     hook = testing::g_hook;
   }
   if (hook) hook(rank, phase, path);
-}
-
-constexpr const char* kOk = "ok:";
-constexpr const char* kError = "error:";
-
-bool is_error(const std::string& s) { return s.rfind(kError, 0) == 0; }
-std::string payload(const std::string& s) {
-  return s.substr(is_error(s) ? std::string(kError).size() : std::string(kOk).size());
 }
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
@@ -219,14 +213,80 @@ Index build_index(const std::vector<json>& records, const SaveOptions& options) 
   return index;
 }
 
-// all_gather_strings, with a failure (a dead or hung rank) turned into a save error.
-std::vector<std::string> exchange(ProcessGroup& group, const std::string& dir, const char* stage,
-                                  const std::string& mine) {
+void check_save_options(const SaveOptions& options) {
+  TORCH_CHECK(options.checksum_block_bytes > 0,
+              "fsdp: SaveOptions::checksum_block_bytes must be positive, got ", options.checksum_block_bytes);
+}
+
+// Round 1 on rank 0: checks the target and creates the staging directory.
+// The result is the staging path.
+detail::Verdict prepare_target(const std::string& dir, bool overwrite) {
   try {
-    return all_gather_strings(group, mine);
+    detail::check_target(dir, overwrite);
+    const std::string staging = detail::staging_path(dir, detail::new_staging_id());
+    detail::create_staging(staging);
+    return detail::Verdict::success(staging);
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, "fsdp: checkpoint save to '", dir, "' failed ", stage, ", when the ranks exchanged results: ",
-                detail::error_cause(e), " (was a rank killed? any previous checkpoint at '", dir,
+    return detail::Verdict::failure(detail::error_cause(e));
+  }
+}
+
+// Round 2 on every rank: writes and fsyncs its own file. The result is the
+// record of what it wrote (write_my_file).
+detail::Verdict write_rank_file(const std::string& staging, int rank, int world_size,
+                                const std::vector<TensorPiece>& pieces, int64_t block_bytes) {
+  try {
+    return detail::Verdict::success(write_my_file(staging, rank, world_size, pieces, block_bytes));
+  } catch (const std::exception& e) {
+    return detail::Verdict::failure(detail::error_cause(e));
+  }
+}
+
+// "N of W ranks failed to write their data:" and each failure, or "" if none.
+std::string write_failures(const std::vector<detail::Verdict>& written) {
+  std::string lines;
+  int failed = 0;
+  for (size_t rank = 0; rank < written.size(); ++rank) {
+    if (written[rank].ok) continue;
+    ++failed;
+    lines += fmt::format("\n  rank {}: {}", rank, written[rank].message);
+  }
+  if (failed == 0) return "";
+  return fmt::format("{} of {} ranks failed to write their data:{}", failed, written.size(), lines);
+}
+
+// Round 3 on rank 0: if every rank wrote its file, writes the index and
+// moves the checkpoint into place; otherwise removes the staging directory.
+detail::Verdict commit_checkpoint(const std::string& staging, const std::string& dir,
+                                  const std::vector<detail::Verdict>& written, const SaveOptions& options) {
+  const std::string failures = write_failures(written);
+  if (!failures.empty()) {
+    detail::remove_quietly(staging);
+    return detail::Verdict::failure(failures);
+  }
+  try {
+    std::vector<json> records;
+    for (const auto& verdict : written) records.push_back(verdict.result);
+    Index index = build_index(records, options);
+    run_hook(0, testing::SavePhase::kBeforeIndex, staging);
+    detail::publish_checkpoint(staging, index, dir, options.overwrite);
+    return detail::Verdict::success();
+  } catch (const std::exception& e) {
+    detail::remove_quietly(staging);
+    return detail::Verdict::failure("rank 0 could not complete the checkpoint: " + detail::error_cause(e));
+  }
+}
+
+// Every rank's verdict, with a failure of the exchange itself (a dead or
+// hung rank) turned into a save error.
+std::vector<detail::Verdict> exchange(ProcessGroup& group, const std::string& dir, const char* stage,
+                                      const detail::Verdict& mine) {
+  try {
+    return detail::all_gather_verdicts(group, mine);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "fsdp: checkpoint save to '", dir, "' failed ", stage,
+                ", when the ranks exchanged results: ", detail::error_cause(e),
+                " (was a rank killed? any previous checkpoint at '", dir,
                 "' is untouched; the incomplete save may be left in '", dir, ".partial-*')");
   }
 }
@@ -235,99 +295,47 @@ std::vector<std::string> exchange(ProcessGroup& group, const std::string& dir, c
 
 void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorPiece>& my_pieces,
           const SaveOptions& options) {
+  check_save_options(options);
   const int rank = group.rank();
-  const int world_size = group.size();
-  TORCH_CHECK(options.checksum_block_bytes > 0, "fsdp: SaveOptions::checksum_block_bytes must be positive, got ",
-              options.checksum_block_bytes);
+  const detail::Verdict nothing = detail::Verdict::success();  // what ranks other than 0 send
 
-  // Round 1: rank 0 checks the target and creates the staging directory.
-  std::string verdict;
-  if (rank == 0) {
-    try {
-      detail::check_target(dir, options.overwrite);
-      const std::string staging = detail::staging_path(dir, detail::new_staging_id());
-      detail::create_staging(staging);
-      verdict = kOk + staging;
-    } catch (const std::exception& e) {
-      verdict = kError + detail::error_cause(e);
-    }
-  }
-  const std::string round1 = exchange(group, dir, "while preparing the target", verdict).at(0);
-  TORCH_CHECK(!is_error(round1), "fsdp: checkpoint save to '", dir, "' failed before writing anything: ",
-              payload(round1));
-  const std::string staging = payload(round1);
+  const detail::Verdict prepared = exchange(group, dir, "while preparing the target",
+                                            rank == 0 ? prepare_target(dir, options.overwrite) : nothing)
+                                       .at(0);
+  TORCH_CHECK(prepared.ok, "fsdp: checkpoint save to '", dir, "' failed before writing anything: ",
+              prepared.message);
+  const std::string staging = prepared.result.get<std::string>();
 
-  // Round 2: every rank writes and fsyncs its own file.
-  std::string mine;
-  try {
-    mine = kOk + write_my_file(staging, rank, world_size, my_pieces, options.checksum_block_bytes).dump();
-  } catch (const std::exception& e) {
-    mine = kError + detail::error_cause(e);
-  }
-  const std::vector<std::string> round2 = exchange(group, dir, "while writing data files", mine);
-  std::string failures;
-  for (int r = 0; r < world_size; ++r)
-    if (is_error(round2[r])) failures += fmt::format("\n  rank {}: {}", r, payload(round2[r]));
+  const std::vector<detail::Verdict> written =
+      exchange(group, dir, "while writing data files",
+               write_rank_file(staging, rank, group.size(), my_pieces, options.checksum_block_bytes));
 
-  // Round 3: rank 0 writes the index and moves the checkpoint into place.
-  verdict.clear();
-  if (rank == 0) {
-    if (!failures.empty()) {
-      detail::remove_quietly(staging);
-      verdict = kError + fmt::format("{} of {} ranks failed to write their data:{}",
-                                     std::count_if(round2.begin(), round2.end(), is_error), world_size,
-                                     failures);
-    } else {
-      try {
-        std::vector<json> records;
-        for (const auto& s : round2) records.push_back(json::parse(payload(s)));
-        Index index = build_index(records, options);
-        run_hook(rank, testing::SavePhase::kBeforeIndex, staging);
-        detail::publish_checkpoint(staging, index, dir, options.overwrite);
-        verdict = kOk;
-      } catch (const std::exception& e) {
-        detail::remove_quietly(staging);
-        verdict = kError + std::string("rank 0 could not complete the checkpoint: ") + detail::error_cause(e);
-      }
-    }
-  }
-  const std::string round3 = exchange(group, dir, "while writing the index", verdict).at(0);
-  TORCH_CHECK(!is_error(round3), "fsdp: checkpoint save to '", dir, "' failed (any previous checkpoint there is "
-              "untouched): ", payload(round3));
+  const detail::Verdict committed =
+      exchange(group, dir, "while writing the index",
+               rank == 0 ? commit_checkpoint(staging, dir, written, options) : nothing)
+          .at(0);
+  TORCH_CHECK(committed.ok, "fsdp: checkpoint save to '", dir,
+              "' failed (any previous checkpoint there is untouched): ", committed.message);
 }
 
 void save_local(const std::string& dir, const std::vector<std::vector<TensorPiece>>& pieces_by_rank,
                 const SaveOptions& options) {
   const int world_size = static_cast<int>(pieces_by_rank.size());
   TORCH_CHECK(world_size >= 1, "fsdp: save_local needs the pieces of at least one rank");
-  TORCH_CHECK(options.checksum_block_bytes > 0, "fsdp: SaveOptions::checksum_block_bytes must be positive, got ",
-              options.checksum_block_bytes);
-  try {
-    detail::check_target(dir, options.overwrite);
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "fsdp: checkpoint save to '", dir, "' failed before writing anything: ",
-                detail::error_cause(e));
+  check_save_options(options);
+  // The three rounds of save(), each rank's step run in turn.
+  const detail::Verdict prepared = prepare_target(dir, options.overwrite);
+  TORCH_CHECK(prepared.ok, "fsdp: checkpoint save to '", dir, "' failed before writing anything: ",
+              prepared.message);
+  const std::string staging = prepared.result.get<std::string>();
+  std::vector<detail::Verdict> written;
+  for (int rank = 0; rank < world_size; ++rank) {
+    written.push_back(
+        write_rank_file(staging, rank, world_size, pieces_by_rank[rank], options.checksum_block_bytes));
   }
-  const std::string staging = detail::staging_path(dir, detail::new_staging_id());
-  detail::create_staging(staging);
-  try {
-    std::vector<json> records;
-    for (int rank = 0; rank < world_size; ++rank) {
-      try {
-        records.push_back(write_my_file(staging, rank, world_size, pieces_by_rank[rank],
-                                        options.checksum_block_bytes));
-      } catch (const std::exception& e) {
-        TORCH_CHECK(false, "fsdp: rank ", rank, ": ", detail::error_cause(e));
-      }
-    }
-    Index index = build_index(records, options);
-    run_hook(0, testing::SavePhase::kBeforeIndex, staging);
-    detail::publish_checkpoint(staging, index, dir, options.overwrite);
-  } catch (const std::exception& e) {
-    detail::remove_quietly(staging);
-    TORCH_CHECK(false, "fsdp: checkpoint save to '", dir, "' failed (any previous checkpoint there is untouched): ",
-                detail::error_cause(e));
-  }
+  const detail::Verdict committed = commit_checkpoint(staging, dir, written, options);
+  TORCH_CHECK(committed.ok, "fsdp: checkpoint save to '", dir,
+              "' failed (any previous checkpoint there is untouched): ", committed.message);
 }
 
 }  // namespace fsdp::ckpt

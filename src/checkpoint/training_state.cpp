@@ -7,6 +7,7 @@
 #include <map>
 
 #include "checkpoint/error_cause.h"
+#include "checkpoint/verdict.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/strict_check.h"
 #include "fsdp/comm/process_group.h"
@@ -70,15 +71,15 @@ LoadResult load_training_state(ProcessGroup& group, const std::string& dir, Unit
                                  "fully_shard returned");
   // Every rank opens and checks the checkpoint; a failure on any rank is
   // reported on all of them, so none is left waiting in a later collective.
-  std::string error;
+  detail::Verdict mine;  // whether this rank can load, and why not
   c10::optional<Reader> reader;
   try {
     reader = Reader::open(dir);
   } catch (const std::exception& e) {
-    error = detail::error_cause(e);
+    mine = detail::Verdict::failure(detail::error_cause(e));
   }
   const auto shards = param_shards(root);
-  if (error.empty()) {
+  if (mine.ok) {
     std::map<std::string, ExpectedTensor> expected;
     for (const auto& shard : shards) expected[shard.name] = {shard.full_shape, shard.param.scalar_type()};
     for (const auto& buffer : root.named_buffers()) {
@@ -93,16 +94,17 @@ LoadResult load_training_state(ProcessGroup& group, const std::string& dir, Unit
       expected[name] = {reader->global_shape(name), reader->dtype(name)};
     }
     if (optimizer && !has_optimizer_state) {
-      error = "it holds no optimizer state; pass no optimizer to load the weights only";
+      mine = detail::Verdict::failure(
+          "it holds no optimizer state; pass no optimizer to load the weights only");
     } else if (strict) {
       KeyCheck check = compare_keys(*reader, expected);
-      if (!check.ok()) error = check.message(dir);
+      if (!check.ok()) mine = detail::Verdict::failure(check.message(dir));
     }
   }
-  const auto errors = all_gather_strings(group, error);
-  for (size_t r = 0; r < errors.size(); ++r) {
-    TORCH_CHECK(errors[r].empty(), "fsdp: loading checkpoint '", dir, "' failed on rank ", r, ": ",
-                errors[r]);
+  const auto verdicts = detail::all_gather_verdicts(group, mine);
+  for (size_t r = 0; r < verdicts.size(); ++r) {
+    TORCH_CHECK(verdicts[r].ok, "fsdp: loading checkpoint '", dir, "' failed on rank ", r, ": ",
+                verdicts[r].message);
   }
 
   at::NoGradGuard no_grad;

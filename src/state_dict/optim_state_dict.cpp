@@ -35,7 +35,7 @@ StatePresence agree_on_presence(ProcessGroup& world, const std::vector<detail::O
     if (has_state[i]) {
       for (const auto& f : local[i].tensors) names.push_back(f.first);
     }
-    mine.push_back({names, has_state[i] ? local[i].step : -1});
+    mine.push_back({{"fields", names}, {"step", has_state[i] ? local[i].step : -1}});
   }
   StatePresence presence{std::vector<std::set<std::string>>(local.size()),
                          std::vector<int64_t>(local.size(), -1)};
@@ -44,8 +44,8 @@ StatePresence agree_on_presence(ProcessGroup& world, const std::vector<detail::O
     TORCH_CHECK(theirs.size() == local.size(), "fsdp: full_optim_state_dict: ranks disagree on the "
                 "number of parameters (", theirs.size(), " vs ", local.size(), ")");
     for (size_t i = 0; i < local.size(); ++i) {
-      for (const auto& name : theirs[i][0]) presence.fields[i].insert(name.get<std::string>());
-      presence.steps[i] = std::max(presence.steps[i], theirs[i][1].get<int64_t>());
+      for (const auto& name : theirs[i].at("fields")) presence.fields[i].insert(name.get<std::string>());
+      presence.steps[i] = std::max(presence.steps[i], theirs[i].at("step").get<int64_t>());
     }
   }
   return presence;
@@ -171,7 +171,7 @@ LoadStateDictResult load_full_optim_state_dict(UnitModule& root, torch::optim::O
       nlohmann::json fields = nlohmann::json::array();
       auto it = state_dict.find(shard.name);
       if (it == state_dict.end()) {
-        plan.push_back({fields, -1});
+        plan.push_back({{"fields", fields}, {"step", -1}});
         continue;
       }
       bool ok = true;
@@ -187,7 +187,7 @@ LoadStateDictResult load_full_optim_state_dict(UnitModule& root, torch::optim::O
       if (ok) {
         for (const auto& f : it->second.tensors) fields.push_back(f.first);
       }
-      plan.push_back({fields, it->second.step});
+      plan.push_back({{"fields", fields}, {"step", it->second.step}});
     }
     for (const auto& item : state_dict) {
       if (!known.count(item.first)) result->unexpected.push_back(item.first);
@@ -217,9 +217,9 @@ LoadStateDictResult load_full_optim_state_dict(UnitModule& root, torch::optim::O
   for (size_t i = 0; i < shards.size(); ++i) {
     const ParamShard& shard = shards[i];
     const auto& entry = decided["plan"][i];
-    if (entry[0].empty()) continue;
+    if (entry.at("fields").empty()) continue;
     std::map<std::string, at::Tensor> tensors;
-    for (const auto& field_json : entry[0]) {
+    for (const auto& field_json : entry.at("fields")) {
       const std::string field = field_json.get<std::string>();
       at::Tensor full;
       if (!rank0_only) {
@@ -238,7 +238,7 @@ LoadStateDictResult load_full_optim_state_dict(UnitModule& root, torch::optim::O
                                /*copy=*/true)
                            .view(shard.param.sizes());
     }
-    detail::install_optimizer_state(optimizer, shard.param, tensors, entry[1].get<int64_t>());
+    detail::install_optimizer_state(optimizer, shard.param, tensors, entry.at("step").get<int64_t>());
   }
   return result;
 }

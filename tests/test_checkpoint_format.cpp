@@ -17,7 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/save_hook.h"
 #include "fsdp/checkpoint/index.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/safetensors.h"

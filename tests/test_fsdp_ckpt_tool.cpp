@@ -14,7 +14,7 @@
 #include <fstream>
 #include <map>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/save.h"

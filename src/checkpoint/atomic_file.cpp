@@ -1,4 +1,4 @@
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
 
 #include <c10/util/Exception.h>
 #include <fcntl.h>

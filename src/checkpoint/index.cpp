@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <unordered_set>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
 #include "fsdp/checkpoint/checksum.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/error_message.h"

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <mutex>
 
+#include "checkpoint/atomic_file.h"
 #include "checkpoint/error_cause.h"
-#include "fsdp/checkpoint/atomic_file.h"
 #include "fsdp/checkpoint/checksum.h"
 
 namespace fsdp::ckpt {

@@ -7,14 +7,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/atomic_file.h"
 #include "checkpoint/error_cause.h"
 #include "checkpoint/rank_file.h"
+#include "checkpoint/save_hook.h"
 #include "checkpoint/staging.h"
 #include "checkpoint/verdict.h"
-#include "fsdp/checkpoint/atomic_file.h"
 #include "fsdp/checkpoint/index.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/comm/process_group.h"
@@ -46,27 +46,7 @@ namespace fsdp::ckpt {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace testing {
 namespace {
-std::mutex g_hook_mutex;
-SaveHook g_hook;
-}  // namespace
-void set_save_hook(SaveHook hook) {
-  std::lock_guard<std::mutex> lock(g_hook_mutex);
-  g_hook = std::move(hook);
-}
-}  // namespace testing
-
-namespace {
-
-void run_hook(int rank, testing::SavePhase phase, const std::string& path) {
-  testing::SaveHook hook;
-  {
-    std::lock_guard<std::mutex> lock(testing::g_hook_mutex);
-    hook = testing::g_hook;
-  }
-  if (hook) hook(rank, phase, path);
-}
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -118,7 +98,7 @@ json write_my_file(const std::string& staging, int rank, int world_size,
     specs.push_back({p.name, p.dtype, p.flat_begin, p.data.numel()});
     written.push_back(&p);
   }
-  run_hook(rank, testing::SavePhase::kBeforeDataFile, path);
+  detail::run_save_hook(rank, testing::SavePhase::kBeforeDataFile, path);
   json record;
   record["declared"] = std::move(declared);
   record["pieces"] = json::array();
@@ -142,7 +122,7 @@ json write_my_file(const std::string& staging, int rank, int world_size,
                                   {"hashes", std::move(hashes)}});
     }
   }
-  run_hook(rank, testing::SavePhase::kAfterDataFile, path);
+  detail::run_save_hook(rank, testing::SavePhase::kAfterDataFile, path);
   return record;
 }
 
@@ -268,7 +248,7 @@ detail::Verdict commit_checkpoint(const std::string& staging, const std::string&
     std::vector<json> records;
     for (const auto& verdict : written) records.push_back(verdict.result);
     Index index = build_index(records, options);
-    run_hook(0, testing::SavePhase::kBeforeIndex, staging);
+    detail::run_save_hook(0, testing::SavePhase::kBeforeIndex, staging);
     detail::publish_checkpoint(staging, index, dir, options.overwrite);
     return detail::Verdict::success();
   } catch (const std::exception& e) {

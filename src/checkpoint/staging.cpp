@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <random>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
 #include "fsdp/checkpoint/index.h"
 
 namespace fsdp::ckpt::detail {

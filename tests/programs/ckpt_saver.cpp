@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "checkpoint/save_hook.h"
 #include "fsdp/checkpoint/save.h"
 #include "fsdp/comm/process_group.h"
 

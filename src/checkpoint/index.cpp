@@ -1,6 +1,7 @@
 #include "fsdp/checkpoint/index.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -16,11 +17,7 @@ namespace fsdp::ckpt {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-int64_t TensorInfo::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t TensorInfo::numel() const { return c10::multiply_integers(shape); }
 
 std::string piece_key(const std::string& name, int64_t flat_begin) {
   return name + "@" + std::to_string(flat_begin);

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,12 +49,6 @@ using json = nlohmann::json;
 
 namespace {
 
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 // Checks this rank's pieces on their own, before writing anything.
 void check_local_pieces(const std::vector<TensorPiece>& pieces) {
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
@@ -66,7 +61,7 @@ void check_local_pieces(const std::vector<TensorPiece>& pieces) {
     TORCH_CHECK(p.data.scalar_type() == p.dtype, "fsdp: piece of '", p.name, "' at element ", p.flat_begin,
                 " holds ", c10::toString(p.data.scalar_type()), " data but declares dtype ",
                 c10::toString(p.dtype));
-    const int64_t numel = numel_of(p.global_shape);
+    const int64_t numel = c10::multiply_integers(p.global_shape);
     const int64_t end = p.flat_begin + p.data.numel();
     TORCH_CHECK(p.flat_begin >= 0 && end <= numel, "fsdp: piece of '", p.name, "' covers elements [",
                 p.flat_begin, ", ", end, ") but the tensor has ", numel, " elements");

@@ -98,7 +98,7 @@ LoadResult load_training_state(ProcessGroup& group, const std::string& dir, Unit
           "it holds no optimizer state; pass no optimizer to load the weights only");
     } else if (strict) {
       KeyCheck check = compare_keys(*reader, expected);
-      if (!check.ok()) mine = detail::Verdict::failure(check.message(dir));
+      if (!check.ok()) mine = detail::Verdict::failure(check.message("it", "the checkpoint"));
     }
   }
   const auto verdicts = detail::all_gather_verdicts(group, mine);

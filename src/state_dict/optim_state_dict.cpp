@@ -13,6 +13,7 @@
 
 #include "fsdp/introspection.h"
 #include "fsdp/optim_state_dict.h"
+#include "state_dict/load_decision.h"
 #include "state_dict/optimizer_fields.h"
 #include "state_dict/unit_gather.h"
 
@@ -116,7 +117,7 @@ OptimStateDict full_optim_state_dict(const UnitModule& root, const torch::optim:
               options.offload_to_cpu(), accounting);
         }
       }
-      accounting.buffer_freed(detail::tensor_bytes(flat));
+      accounting.buffer_freed(static_cast<int64_t>(flat.nbytes()));
       flat = at::Tensor();
     }
     first += n;
@@ -163,8 +164,10 @@ LoadStateDictResult load_full_optim_state_dict(UnitModule& root, torch::optim::O
 
   // The plan, decided by a rank that holds the dict: for each parameter,
   // the fields to load (empty: none) and the step.
-  auto make_plan = [&](LoadStateDictResult* result) {
-    nlohmann::json plan = nlohmann::json::array();
+  auto make_plan = [&]() {
+    detail::LoadDecision decision;
+    LoadStateDictResult* result = &decision.problems;
+    nlohmann::json& plan = decision.plan;
     std::set<std::string> known;
     for (const auto& shard : shards) {
       known.insert(shard.name);
@@ -192,31 +195,16 @@ LoadStateDictResult load_full_optim_state_dict(UnitModule& root, torch::optim::O
     for (const auto& item : state_dict) {
       if (!known.count(item.first)) result->unexpected.push_back(item.first);
     }
-    return nlohmann::json{{"plan", plan}, {"unexpected", result->unexpected},
-                          {"mismatched", result->mismatched}};
+    return decision;
   };
-  LoadStateDictResult result;
-  nlohmann::json decided;
-  if (!rank0_only) {
-    decided = make_plan(&result);
-  } else {
-    if (world.rank() == 0) decided = make_plan(&result);
-    decided = nlohmann::json::parse(detail::from_rank0(world, decided.dump()));
-    TORCH_CHECK(decided["plan"].size() == shards.size(), "fsdp: load_full_optim_state_dict: rank 0's "
-                "model has ", decided["plan"].size(), " parameters, rank ", world.rank(), "'s has ",
-                shards.size(), "; every rank must load into the same model");
-    result.unexpected = decided["unexpected"].get<std::vector<std::string>>();
-    result.mismatched = decided["mismatched"].get<std::vector<std::string>>();
-  }
-  if (options.strict()) {
-    const std::string problems = detail::load_problems("load_full_optim_state_dict", result);
-    TORCH_CHECK(problems.empty(), problems);
-  }
+  // See [Note: one decision per load] in load_decision.h.
+  const detail::LoadDecision decided = detail::agree_on_load(world, "load_full_optim_state_dict", options,
+                                                             shards.size(), "parameters", make_plan);
 
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < shards.size(); ++i) {
     const ParamShard& shard = shards[i];
-    const auto& entry = decided["plan"][i];
+    const auto& entry = decided.plan[i];
     if (entry.at("fields").empty()) continue;
     std::map<std::string, at::Tensor> tensors;
     for (const auto& field_json : entry.at("fields")) {
@@ -240,7 +228,7 @@ LoadStateDictResult load_full_optim_state_dict(UnitModule& root, torch::optim::O
     }
     detail::install_optimizer_state(optimizer, shard.param, tensors, entry.at("step").get<int64_t>());
   }
-  return result;
+  return decided.problems;
 }
 
 }  // namespace fsdp

@@ -61,12 +61,4 @@ at::Tensor keep_copy(const at::Tensor& value, bool to_cpu, GatherAccounting& acc
 // Rank 0's `mine` on every rank (a small control-plane exchange). Collective.
 std::string from_rank0(ProcessGroup& world, const std::string& mine);
 
-// "fsdp: <api> (strict) found N problem(s): ..." listing every name, or ""
-// when `result` holds none.
-std::string load_problems(const char* api, const LoadStateDictResult& result);
-
-inline int64_t tensor_bytes(const at::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-
 }  // namespace fsdp::detail

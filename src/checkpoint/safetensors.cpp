@@ -55,8 +55,11 @@ at::ScalarType dtype_from_name(const std::string& name) {
               "\"; this reader handles BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64");
 }
 
-Header read_header(const std::string& path) {
-  InputFile in(path);
+namespace {
+
+// The header's JSON object, after checking its length field fits the file.
+// Sets `data_start` to the file offset where the data section begins.
+json read_header_object(const InputFile& in, const std::string& path, int64_t* data_start) {
   uint64_t n = 0;
   TORCH_CHECK(in.read_at(0, &n, 8), "fsdp: '", path, "' is not a safetensors file: it has only ", in.size(),
               " bytes, less than the 8-byte header length");
@@ -73,48 +76,64 @@ Header read_header(const std::string& path) {
                 error_message(e));
   }
   TORCH_CHECK(header.is_object(), "fsdp: '", path, "' has a safetensors header that is not a JSON object");
+  *data_start = 8 + static_cast<int64_t>(n);
+  return header;
+}
 
+// One tensor's entry, checked against its shape and dtype and against the
+// `data_bytes` of the data section.
+Entry parse_entry(const std::string& path, const std::string& key, const json& value, int64_t data_bytes) {
+  Entry e;
+  e.key = key;
+  e.dtype = value.at("dtype").get<std::string>();
+  e.shape = value.at("shape").get<std::vector<int64_t>>();
+  auto offsets = value.at("data_offsets").get<std::vector<int64_t>>();
+  TORCH_CHECK(offsets.size() == 2, "fsdp: '", path, "': tensor '", e.key, "' has data_offsets with ",
+              offsets.size(), " values, expected 2");
+  e.begin = offsets[0];
+  e.end = offsets[1];
+  for (int64_t d : e.shape)
+    TORCH_CHECK(d >= 0, "fsdp: '", path, "': tensor '", e.key, "' has a negative dimension");
+  const int64_t expected = c10::multiply_integers(e.shape) * element_size_of(e.dtype);
+  TORCH_CHECK(e.begin >= 0 && e.end - e.begin == expected, "fsdp: '", path, "': tensor '", e.key,
+              "' has data_offsets [", e.begin, ", ", e.end, ") but its shape and dtype need ", expected,
+              " bytes");
+  TORCH_CHECK(e.end <= data_bytes, "fsdp: '", path, "' is truncated: tensor '", e.key, "' needs data bytes [",
+              e.begin, ", ", e.end, ") but the data section has only ", data_bytes, " bytes");
+  return e;
+}
+
+// Sorts the entries by offset and checks that none overlaps the next.
+void sort_and_check_overlap(const std::string& path, std::vector<Entry>* entries) {
+  std::sort(entries->begin(), entries->end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < entries->size(); ++i) {
+    const auto& prev = (*entries)[i - 1];
+    const auto& cur = (*entries)[i];
+    TORCH_CHECK(cur.begin >= prev.end, "fsdp: '", path, "': tensors '", prev.key, "' and '", cur.key,
+                "' overlap in the data section");
+  }
+}
+
+}  // namespace
+
+Header read_header(const std::string& path) {
+  InputFile in(path);
   Header result;
-  result.data_start = 8 + static_cast<int64_t>(n);
+  const json header = read_header_object(in, path, &result.data_start);
   const int64_t data_bytes = in.size() - result.data_start;
   try {
     for (auto it = header.begin(); it != header.end(); ++it) {
-      if (it.key() == "__metadata__") {
-        for (auto m = it.value().begin(); m != it.value().end(); ++m)
-          result.metadata[m.key()] = m.value().get<std::string>();
+      if (it.key() != "__metadata__") {
+        result.entries.push_back(parse_entry(path, it.key(), it.value(), data_bytes));
         continue;
       }
-      Entry e;
-      e.key = it.key();
-      e.dtype = it.value().at("dtype").get<std::string>();
-      e.shape = it.value().at("shape").get<std::vector<int64_t>>();
-      auto offsets = it.value().at("data_offsets").get<std::vector<int64_t>>();
-      TORCH_CHECK(offsets.size() == 2, "fsdp: '", path, "': tensor '", e.key,
-                  "' has data_offsets with ", offsets.size(), " values, expected 2");
-      e.begin = offsets[0];
-      e.end = offsets[1];
-      for (int64_t d : e.shape)
-        TORCH_CHECK(d >= 0, "fsdp: '", path, "': tensor '", e.key, "' has a negative dimension");
-      const int64_t expected = c10::multiply_integers(e.shape) * element_size_of(e.dtype);
-      TORCH_CHECK(e.begin >= 0 && e.end - e.begin == expected, "fsdp: '", path, "': tensor '", e.key,
-                  "' has data_offsets [", e.begin, ", ", e.end, ") but its shape and dtype need ",
-                  expected, " bytes");
-      TORCH_CHECK(e.end <= data_bytes, "fsdp: '", path, "' is truncated: tensor '", e.key,
-                  "' needs data bytes [", e.begin, ", ", e.end, ") but the data section has only ",
-                  data_bytes, " bytes");
-      result.entries.push_back(std::move(e));
+      for (auto m = it.value().begin(); m != it.value().end(); ++m)
+        result.metadata[m.key()] = m.value().get<std::string>();
     }
   } catch (const json::exception& e) {
     TORCH_CHECK(false, "fsdp: '", path, "' has a malformed safetensors header: ", error_message(e));
   }
-  std::sort(result.entries.begin(), result.entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < result.entries.size(); ++i) {
-    const auto& prev = result.entries[i - 1];
-    const auto& cur = result.entries[i];
-    TORCH_CHECK(cur.begin >= prev.end, "fsdp: '", path, "': tensors '", prev.key, "' and '", cur.key,
-                "' overlap in the data section");
-  }
+  sort_and_check_overlap(path, &result.entries);
   return result;
 }
 

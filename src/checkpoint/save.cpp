@@ -121,40 +121,44 @@ json write_my_file(const std::string& staging, int rank, int world_size,
   return record;
 }
 
-// Phase 3 on rank 0: builds the index from every rank's record.
-Index build_index(const std::vector<json>& records, const SaveOptions& options) {
-  Index index;
-  index.world_size = static_cast<int>(records.size());
-  index.step = options.step;
-  index.extras = options.extras.is_null() ? json::object() : options.extras;
-  index.checksum_block_bytes = options.checksum_block_bytes;
-  std::map<std::string, size_t> position;
+// The tensors the ranks declared, in the order first declared, with no
+// pieces yet. Every rank that declares a tensor must agree on its shape and
+// dtype. `position` maps each name to its place in the result.
+std::vector<TensorInfo> declared_tensors(const std::vector<json>& records,
+                                         std::map<std::string, size_t>* position) {
+  std::vector<TensorInfo> tensors;
   std::map<std::string, int> declared_by;
   for (size_t rank = 0; rank < records.size(); ++rank) {
-    const json& r = records[rank];
-    for (const auto& d : r.at("declared")) {
+    for (const auto& d : records[rank].at("declared")) {
       const std::string name = d.at("name").get<std::string>();
       const auto shape = d.at("shape").get<std::vector<int64_t>>();
       const auto dtype = safetensors::dtype_from_name(d.at("dtype").get<std::string>());
-      auto it = position.find(name);
-      if (it == position.end()) {
-        position[name] = index.tensors.size();
+      auto it = position->find(name);
+      if (it == position->end()) {
+        (*position)[name] = tensors.size();
         declared_by[name] = static_cast<int>(rank);
-        TensorInfo t;
-        t.name = name;
-        t.shape = shape;
-        t.dtype = dtype;
-        index.tensors.push_back(std::move(t));
+        tensors.push_back(TensorInfo{name, shape, dtype, {}});
         continue;
       }
-      const TensorInfo& t = index.tensors[it->second];
-      TORCH_CHECK(t.shape == shape && t.dtype == dtype, "fsdp: ranks disagree about tensor '", name, "': rank ",
-                  declared_by[name], " says shape ", c10::IntArrayRef(t.shape), " ", c10::toString(t.dtype),
-                  ", rank ", rank, " says shape ", c10::IntArrayRef(shape), " ", c10::toString(dtype));
+      const TensorInfo& t = tensors[it->second];
+      TORCH_CHECK(t.shape == shape && t.dtype == dtype, "fsdp: ranks disagree about tensor '", name,
+                  "': rank ", declared_by[name], " says shape ", c10::IntArrayRef(t.shape), " ",
+                  c10::toString(t.dtype), ", rank ", rank, " says shape ", c10::IntArrayRef(shape), " ",
+                  c10::toString(dtype));
     }
-    if (r.at("file").is_null()) continue;
-    const int file_index = static_cast<int>(index.files.size());
-    index.files.push_back({r.at("file").get<std::string>(), static_cast<int>(rank), r.at("bytes").get<int64_t>()});
+  }
+  return tensors;
+}
+
+// Adds each rank's file, and the pieces it holds to their tensors.
+void add_rank_files(const std::vector<json>& records, const std::map<std::string, size_t>& position,
+                    Index* index) {
+  for (size_t rank = 0; rank < records.size(); ++rank) {
+    const json& r = records[rank];
+    if (r.at("file").is_null()) continue;  // the rank had nothing to save
+    const int file_index = static_cast<int>(index->files.size());
+    index->files.push_back(
+        {r.at("file").get<std::string>(), static_cast<int>(rank), r.at("bytes").get<int64_t>()});
     for (const auto& p : r.at("pieces")) {
       PieceInfo info;
       info.file = file_index;
@@ -163,17 +167,21 @@ Index build_index(const std::vector<json>& records, const SaveOptions& options) 
       info.flat_end = p.at("flat_end").get<int64_t>();
       info.byte_offset = p.at("byte_offset").get<int64_t>();
       info.block_checksums = p.at("hashes").get<std::vector<uint64_t>>();
-      index.tensors[position.at(p.at("name").get<std::string>())].pieces.push_back(std::move(info));
+      index->tensors[position.at(p.at("name").get<std::string>())].pieces.push_back(std::move(info));
     }
   }
-  // Every tensor's pieces must tile it exactly; name the ranks when not.
-  for (auto& t : index.tensors) {
+}
+
+// Sorts each tensor's pieces and checks they tile it exactly, naming the
+// ranks when not.
+void check_tiling(const std::vector<FileInfo>& files, std::vector<TensorInfo>* tensors) {
+  for (auto& t : *tensors) {
     std::sort(t.pieces.begin(), t.pieces.end(),
               [](const PieceInfo& a, const PieceInfo& b) { return a.flat_begin < b.flat_begin; });
     int64_t covered = 0;
     int covered_by = -1;
     for (const auto& p : t.pieces) {
-      const int rank = index.files[p.file].rank;
+      const int rank = files[p.file].rank;
       TORCH_CHECK(p.flat_begin >= covered, "fsdp: ranks ", covered_by, " and ", rank, " both hold elements [",
                   p.flat_begin, ", ", std::min(covered, p.flat_end), ") of '", t.name,
                   "' (a replicated tensor must be passed by one rank only)");
@@ -185,6 +193,19 @@ Index build_index(const std::vector<json>& records, const SaveOptions& options) 
     TORCH_CHECK(covered == t.numel(), "fsdp: no rank holds elements [", covered, ", ", t.numel(), ") of '",
                 t.name, "' (shape ", c10::IntArrayRef(t.shape), ")");
   }
+}
+
+// Phase 3 on rank 0: builds the index from every rank's record.
+Index build_index(const std::vector<json>& records, const SaveOptions& options) {
+  Index index;
+  index.world_size = static_cast<int>(records.size());
+  index.step = options.step;
+  index.extras = options.extras.is_null() ? json::object() : options.extras;
+  index.checksum_block_bytes = options.checksum_block_bytes;
+  std::map<std::string, size_t> position;
+  index.tensors = declared_tensors(records, &position);
+  add_rank_files(records, position, &index);
+  check_tiling(index.files, &index.tensors);
   return index;
 }
 

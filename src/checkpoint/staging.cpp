@@ -78,7 +78,8 @@ void commit_staging(const std::string& staging, const std::string& dir, bool ove
   TORCH_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP, "fsdp: cannot exchange '", staging,
               "' with '", target, "': ", errno_text());
   // Filesystems without RENAME_EXCHANGE: move the old one aside first. A
-  // crash between the two renames leaves the old checkpoint at "<dir>.old-*".
+  // crash between the two renames leaves the old checkpoint at
+  // "<dir>.partial-<id>.old".
   const std::string old = staging + ".old";
   TORCH_CHECK(::rename(target.c_str(), old.c_str()) == 0, "fsdp: cannot move '", target, "' aside to '", old,
               "': ", errno_text());

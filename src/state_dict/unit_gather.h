@@ -1,7 +1,8 @@
 #pragma once
-// The pieces every state dict call shares: finding the model's units,
-// gathering one unit's flat shard-sized buffer at a time, and counting the
-// bytes that are alive. Internal to src/state_dict.
+// The pieces the state dict calls share: the root state checked to be idle,
+// gathering one unit's padded flat buffer at a time, the copies kept as
+// output, the count of bytes alive (StateDictStats), and rank 0's word sent
+// to every rank. Internal to src/state_dict.
 //
 // [Note: full state dict memory]
 // A full state dict must not need the whole model on top of the output:

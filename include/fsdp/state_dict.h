@@ -94,7 +94,8 @@ struct KeyMismatches {
   bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
   // Every problem, one per line, empty when ok():
   //   "<subject> does not match the model: 3 problem(s) (1 missing, 1 unexpected,
-  //   1 mismatched)", then "missing from <source> (1):" and each name, and so on.
+  //   1 mismatched)", then "missing from <source> (1):", "unexpected in
+  //   <source> (1):" and "mismatched (1):", each followed by its entries.
   // `source` names the container, e.g. "the checkpoint" or "the state dict".
   std::string message(const std::string& subject, const std::string& source) const;
 };

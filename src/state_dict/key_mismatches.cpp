@@ -24,7 +24,7 @@ std::string KeyMismatches::message(const std::string& subject, const std::string
                                 subject, count, missing.size(), unexpected.size(), mismatched.size());
   append_list(out, "missing from " + source, missing);
   append_list(out, "unexpected in " + source, unexpected);
-  append_list(out, "shape or dtype mismatch", mismatched);
+  append_list(out, "mismatched", mismatched);
   return out;
 }
 

@@ -76,8 +76,9 @@ void check_local_pieces(const std::vector<TensorPiece>& pieces) {
   }
 }
 
-// Phase 2 on one rank: writes its file and returns the JSON record of what it wrote.
-json write_my_file(const std::string& staging, int rank, int world_size,
+// The work of round 2 on one rank: writes its pieces to its file and returns
+// the JSON record of what it wrote.
+json write_pieces(const std::string& staging, int rank, int world_size,
                    const std::vector<TensorPiece>& pieces, int64_t block_bytes) {
   check_local_pieces(pieces);
   const std::string file_name = rank_file_name(rank, world_size);
@@ -195,7 +196,7 @@ void check_tiling(const std::vector<FileInfo>& files, std::vector<TensorInfo>* t
   }
 }
 
-// Phase 3 on rank 0: builds the index from every rank's record.
+// Part of round 3 on rank 0: builds the index from every rank's record.
 Index build_index(const std::vector<json>& records, const SaveOptions& options) {
   Index index;
   index.world_size = static_cast<int>(records.size());
@@ -228,11 +229,11 @@ detail::Verdict prepare_target(const std::string& dir, bool overwrite) {
 }
 
 // Round 2 on every rank: writes and fsyncs its own file. The result is the
-// record of what it wrote (write_my_file).
+// record of what it wrote (write_pieces).
 detail::Verdict write_rank_file(const std::string& staging, int rank, int world_size,
                                 const std::vector<TensorPiece>& pieces, int64_t block_bytes) {
   try {
-    return detail::Verdict::success(write_my_file(staging, rank, world_size, pieces, block_bytes));
+    return detail::Verdict::success(write_pieces(staging, rank, world_size, pieces, block_bytes));
   } catch (const std::exception& e) {
     return detail::Verdict::failure(detail::error_cause(e));
   }

@@ -17,7 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/save_hook.h"
 #include "fsdp/checkpoint/index.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/safetensors.h"
@@ -380,7 +381,7 @@ TEST(CheckpointStrictCheck, ListsEveryProblemAtOnce) {
   EXPECT_EQ(check.missing, std::vector<std::string>{"head.weight"});
   EXPECT_EQ(check.unexpected, (std::vector<std::string>{"ids", "mask"}));
   EXPECT_EQ(check.mismatched.size(), 2u);
-  const std::string message = check.message("ckpt");
+  const std::string message = check.message("ckpt", "the checkpoint");
   EXPECT_NE(message.find("1 missing, 2 unexpected, 2 mismatched"), std::string::npos) << message;
   EXPECT_NE(message.find("embed.weight: checkpoint has [37, 11] Float, model expects [11, 37] Float"),
             std::string::npos) << message;

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "fsdp/checkpoint/reader.h"
+#include "checkpoint/save_hook.h"
 #include "fsdp/checkpoint/save.h"
 #include "harness/temp_dir.h"
 #include "harness/assertions.h"

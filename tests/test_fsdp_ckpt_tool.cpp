@@ -14,7 +14,7 @@
 #include <fstream>
 #include <map>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/save.h"
@@ -121,7 +121,7 @@ TEST(FsdpCkptTool, InspectPrintsTheTable) {
 
   const ToolRun missing = fsdp_ckpt("inspect " + tmp / "nope");
   EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_TRUE(contains(missing.output, "fsdp-ckpt: error: checkpoint directory '" + tmp / "nope" + "' does not exist"))
+  EXPECT_TRUE(contains(missing.output, "fsdp-ckpt: error: fsdp: checkpoint directory '" + tmp / "nope" + "' does not exist"))
       << missing.output;
 }
 

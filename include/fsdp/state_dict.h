@@ -83,12 +83,25 @@ struct LoadStateDictOptions {
   TORCH_ARG(bool, strict) = true;
 };
 
-// What a non-strict load skipped.
-struct LoadStateDictResult {
-  std::vector<std::string> missing;     // expected, not in the dict
-  std::vector<std::string> unexpected;  // in the dict, not in the model
+// The names that do not match between a source of tensors (a state dict, a
+// checkpoint) and the model they load into. A strict load throws with
+// message(); a non-strict one skips them and returns this.
+struct KeyMismatches {
+  std::vector<std::string> missing;     // expected by the model, not in the source
+  std::vector<std::string> unexpected;  // in the source, not in the model
   std::vector<std::string> mismatched;  // "name: state dict has [4, 3], model has [3, 4]"
+
+  bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+  // Every problem, one per line, empty when ok():
+  //   "<subject> does not match the model: 3 problem(s) (1 missing, 1 unexpected,
+  //   1 mismatched)", then "missing from <source> (1):", "unexpected in
+  //   <source> (1):" and "mismatched (1):", each followed by its entries.
+  // `source` names the container, e.g. "the checkpoint" or "the state dict".
+  std::string message(const std::string& subject, const std::string& source) const;
 };
+
+// What a non-strict load skipped.
+using LoadStateDictResult = KeyMismatches;
 
 // Copies each rank's slice of every tensor of a full state dict (for
 // example from full_state_dict() or a single-process model) into the

@@ -13,7 +13,7 @@ uint64_t xxh64(const void* data, int64_t nbytes) {
 }
 
 std::vector<uint64_t> block_checksums(const void* data, int64_t nbytes, int64_t block_bytes) {
-  TORCH_CHECK(block_bytes > 0, "checksum block size must be positive, got ", block_bytes);
+  TORCH_CHECK(block_bytes > 0, "fsdp: checksum block size must be positive, got ", block_bytes);
   std::vector<uint64_t> hashes;
   const char* p = static_cast<const char*>(data);
   for (int64_t off = 0; off < nbytes; off += block_bytes)
@@ -29,7 +29,7 @@ std::string checksum_to_hex(uint64_t hash) {
 
 uint64_t checksum_from_hex(const std::string& hex, const std::string& what) {
   TORCH_CHECK(hex.size() == 16 && hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos,
-              what, ": checksum \"", hex, "\" is not 16 hex digits");
+              "fsdp: ", what, ": checksum \"", hex, "\" is not 16 hex digits");
   return std::stoull(hex, nullptr, 16);
 }
 

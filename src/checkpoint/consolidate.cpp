@@ -1,10 +1,10 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/safetensors_writer.h"
 #include "fsdp/checkpoint/convert.h"
 #include "fsdp/checkpoint/reader.h"
-#include "fsdp/checkpoint/safetensors.h"
 
 namespace fsdp::ckpt {
 

@@ -4,7 +4,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
 #include "fsdp/checkpoint/convert.h"
 #include "fsdp/checkpoint/reader.h"
 

@@ -12,7 +12,7 @@ std::vector<safetensors::Writer::Declared> declare(const std::vector<PieceSpec>&
   std::vector<safetensors::Writer::Declared> declared;
   declared.reserve(pieces.size());
   for (const auto& p : pieces) {
-    TORCH_CHECK(p.numel > 0, "internal: empty piece of '", p.name, "' declared for a rank file");
+    TORCH_CHECK(p.numel > 0, "fsdp: internal: empty piece of '", p.name, "' declared for a rank file");
     declared.push_back({piece_key(p.name, p.flat_begin), p.dtype, {p.numel}});
   }
   return declared;
@@ -35,12 +35,12 @@ RankFileWriter::RankFileWriter(const std::string& path, int rank, int world_size
 
 void RankFileWriter::write_next(const at::Tensor& data) {
   const size_t i = records_.size();
-  TORCH_CHECK(i < specs_.size(), "internal: more pieces written than declared in '", out_.path(), "'");
+  TORCH_CHECK(i < specs_.size(), "fsdp: internal: more pieces written than declared in '", out_.path(), "'");
   const PieceSpec& spec = specs_[i];
-  TORCH_CHECK(data.scalar_type() == spec.dtype, "piece of '", spec.name, "' at element ", spec.flat_begin,
+  TORCH_CHECK(data.scalar_type() == spec.dtype, "fsdp: piece of '", spec.name, "' at element ", spec.flat_begin,
               " has dtype ", c10::toString(data.scalar_type()), " but the tensor is ",
               c10::toString(spec.dtype));
-  TORCH_CHECK(data.numel() == spec.numel, "piece of '", spec.name, "' at element ", spec.flat_begin,
+  TORCH_CHECK(data.numel() == spec.numel, "fsdp: piece of '", spec.name, "' at element ", spec.flat_begin,
               " has ", data.numel(), " elements, expected ", spec.numel);
   at::Tensor cpu = data.to(at::kCPU).contiguous();
   const int64_t nbytes = static_cast<int64_t>(cpu.nbytes());

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/safetensors_writer.h"
 #include "fsdp/checkpoint/index.h"
-#include "fsdp/checkpoint/safetensors.h"
 
 namespace fsdp::ckpt::detail {
 

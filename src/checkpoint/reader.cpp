@@ -9,19 +9,13 @@
 #include <filesystem>
 #include <mutex>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/error_cause.h"
 #include "fsdp/checkpoint/checksum.h"
 
 namespace fsdp::ckpt {
 
 namespace fs = std::filesystem;
-
-namespace {
-std::string error_text(const std::exception& e) {
-  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) return c10e->what_without_backtrace();
-  return e.what();
-}
-}  // namespace
 
 struct Reader::Files {
   std::mutex mutex;
@@ -34,8 +28,8 @@ struct Reader::Files {
       try {
         slot = std::make_unique<InputFile>(path);
       } catch (const std::exception& e) {
-        TORCH_CHECK(false, "checkpoint data file '", path, "' holding tensor '", tensor,
-                    "' cannot be opened: ", error_text(e));
+        TORCH_CHECK(false, "fsdp: checkpoint data file '", path, "' holding tensor '", tensor,
+                    "' cannot be opened: ", detail::error_cause(e));
       }
     }
     return *slot;
@@ -67,12 +61,12 @@ void read_piece_bytes(const InputFile& file, const TensorInfo& t, const PieceInf
     const int64_t file_end = p.byte_offset + block_end;
     const int64_t elem_begin = p.flat_begin + block_begin / elem;
     const int64_t elem_end = p.flat_begin + (block_end + elem - 1) / elem;
-    TORCH_CHECK(file.read_at(file_begin, target, block_end - block_begin), "checkpoint data file '",
+    TORCH_CHECK(file.read_at(file_begin, target, block_end - block_begin), "fsdp: checkpoint data file '",
                 file.path(), "' is truncated: tensor '", t.name, "' elements [", elem_begin, ", ",
                 elem_end, ") need file bytes [", file_begin, ", ", file_end, ") but the file has ",
                 file.size(), " bytes");
     TORCH_CHECK(xxh64(target, block_end - block_begin) == p.block_checksums.at(static_cast<size_t>(k)),
-                "checkpoint data file '", file.path(), "' is corrupted: tensor '", t.name, "' elements [",
+                "fsdp: checkpoint data file '", file.path(), "' is corrupted: tensor '", t.name, "' elements [",
                 elem_begin, ", ", elem_end, ") (file bytes [", file_begin, ", ", file_end,
                 ")) fail their xxh64 checksum");
     if (!whole) {
@@ -104,8 +98,8 @@ bool Reader::contains(const std::string& name) const { return index_->find(name)
 
 const TensorInfo& Reader::tensor(const std::string& name) const {
   const int64_t i = index_->find(name);
-  TORCH_CHECK(i >= 0, "checkpoint '", dir_, "' has no tensor '", name, "' (it has ", index_->tensors.size(),
-              " tensors; `fsdp-ckpt inspect ", dir_, "` lists them)");
+  TORCH_CHECK(i >= 0, "fsdp: checkpoint '", dir_, "' has no tensor '", name, "' (it has ",
+              index_->tensors.size(), " tensors; `fsdp-ckpt inspect ", dir_, "` lists them)");
   return index_->tensors[static_cast<size_t>(i)];
 }
 
@@ -121,10 +115,10 @@ void Reader::read_into(const std::string& name, int64_t flat_begin, const at::Te
   const TensorInfo& t = tensor(name);
   const int64_t numel = out.numel();
   TORCH_CHECK(out.device().is_cpu() && out.is_contiguous() && out.scalar_type() == t.dtype,
-              "Reader::read_into('", name, "'): `out` must be a contiguous CPU tensor of dtype ",
+              "fsdp: Reader::read_into('", name, "'): `out` must be a contiguous CPU tensor of dtype ",
               c10::toString(t.dtype), ", got ", out.toString(), out.is_contiguous() ? "" : " (non-contiguous)");
-  TORCH_CHECK(flat_begin >= 0 && flat_begin + numel <= t.numel(), "cannot read elements [", flat_begin, ", ",
-              flat_begin + numel, ") of '", name, "': it has ", t.numel(), " elements (shape ",
+  TORCH_CHECK(flat_begin >= 0 && flat_begin + numel <= t.numel(), "fsdp: cannot read elements [", flat_begin,
+              ", ", flat_begin + numel, ") of '", name, "': it has ", t.numel(), " elements (shape ",
               c10::IntArrayRef(t.shape), ")");
   const int64_t end = flat_begin + numel;
   const int64_t elem = static_cast<int64_t>(c10::elementSize(t.dtype));
@@ -145,7 +139,7 @@ void Reader::read_into(const std::string& name, int64_t flat_begin, const at::Te
 
 at::Tensor Reader::read(const std::string& name, int64_t flat_begin, int64_t numel) const {
   const TensorInfo& t = tensor(name);
-  TORCH_CHECK(numel >= 0, "cannot read a negative number of elements (", numel, ") of '", name, "'");
+  TORCH_CHECK(numel >= 0, "fsdp: cannot read a negative number of elements (", numel, ") of '", name, "'");
   at::Tensor out = at::empty({numel}, at::TensorOptions().dtype(t.dtype));
   read_into(name, flat_begin, out);
   return out;
@@ -190,12 +184,12 @@ VerifyReport Reader::verify_all() const {
           report.bytes += n;
         }
       } catch (const std::exception& e) {
-        problems.push_back(error_text(e));
+        problems.push_back(detail::error_cause(e));
       }
     }
   }
   if (!problems.empty()) {
-    std::string message = fmt::format("checkpoint '{}' failed verification ({} problem{}):", dir_,
+    std::string message = fmt::format("fsdp: checkpoint '{}' failed verification ({} problem{}):", dir_,
                                       problems.size(), problems.size() == 1 ? "" : "s");
     constexpr size_t kShown = 20;
     for (size_t i = 0; i < std::min(problems.size(), kShown); ++i) message += "\n  " + problems[i];

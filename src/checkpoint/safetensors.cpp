@@ -2,12 +2,15 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/safetensors_writer.h"
+#include "fsdp/error_message.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the checkpoint code copies tensor bytes as-is and assumes a little-endian host");
@@ -31,12 +34,6 @@ const std::vector<std::pair<at::ScalarType, const char*>>& dtype_table() {
   return table;
 }
 
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 int64_t element_size_of(const std::string& dtype) {
   return static_cast<int64_t>(c10::elementSize(dtype_from_name(dtype)));
 }
@@ -46,7 +43,7 @@ int64_t element_size_of(const std::string& dtype) {
 std::string dtype_name(at::ScalarType dtype) {
   for (const auto& [type, name] : dtype_table())
     if (type == dtype) return name;
-  TORCH_CHECK(false, "dtype ", c10::toString(dtype),
+  TORCH_CHECK(false, "fsdp: dtype ", c10::toString(dtype),
               " cannot be stored in safetensors; supported: bool, uint8, int8, int16, int32, "
               "int64, float16, bfloat16, float32, float64");
 }
@@ -54,138 +51,90 @@ std::string dtype_name(at::ScalarType dtype) {
 at::ScalarType dtype_from_name(const std::string& name) {
   for (const auto& [type, type_name] : dtype_table())
     if (name == type_name) return type;
-  TORCH_CHECK(false, "unsupported safetensors dtype \"", name,
+  TORCH_CHECK(false, "fsdp: unsupported safetensors dtype \"", name,
               "\"; this reader handles BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64");
 }
 
-std::string encode_header(const std::vector<Entry>& entries,
-                          const std::map<std::string, std::string>& metadata) {
-  // nlohmann's default json sorts keys; safetensors readers do not care about
-  // key order, only about data_offsets.
-  json header = json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  for (const auto& e : entries) {
-    TORCH_CHECK(e.key != "__metadata__", "a tensor may not be named __metadata__");
-    TORCH_CHECK(!header.contains(e.key), "duplicate safetensors key '", e.key, "'");
-    header[e.key] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
-  }
-  std::string text = header.dump();
-  // Pad with spaces so the data section starts 8-byte aligned.
-  while ((8 + text.size()) % 8 != 0) text.push_back(' ');
-  uint64_t n = text.size();
-  std::string out(8, '\0');
-  std::memcpy(out.data(), &n, 8);  // little-endian host (static_assert above)
-  return out + text;
-}
+namespace {
 
-Header read_header(const std::string& path) {
-  InputFile in(path);
+// The header's JSON object, after checking its length field fits the file.
+// Sets `data_start` to the file offset where the data section begins.
+json read_header_object(const InputFile& in, const std::string& path, int64_t* data_start) {
   uint64_t n = 0;
-  TORCH_CHECK(in.read_at(0, &n, 8), "'", path, "' is not a safetensors file: it has only ", in.size(),
+  TORCH_CHECK(in.read_at(0, &n, 8), "fsdp: '", path, "' is not a safetensors file: it has only ", in.size(),
               " bytes, less than the 8-byte header length");
   TORCH_CHECK(static_cast<int64_t>(n) <= kMaxHeaderBytes && static_cast<int64_t>(n) <= in.size() - 8,
-              "'", path, "' is not a valid safetensors file (truncated or corrupted?): its header "
+              "fsdp: '", path, "' is not a valid safetensors file (truncated or corrupted?): its header "
               "length field says ", n, " bytes but the file has ", in.size(), " bytes");
   std::string text(n, '\0');
-  TORCH_CHECK(in.read_at(8, text.data(), static_cast<int64_t>(n)), "cannot read header of '", path, "'");
+  TORCH_CHECK(in.read_at(8, text.data(), static_cast<int64_t>(n)), "fsdp: cannot read header of '", path, "'");
   json header;
   try {
     header = json::parse(text);
   } catch (const json::exception& e) {
-    TORCH_CHECK(false, "'", path, "' has a corrupted safetensors header (invalid JSON): ", e.what());
+    TORCH_CHECK(false, "fsdp: '", path, "' has a corrupted safetensors header (invalid JSON): ",
+                error_message(e));
   }
-  TORCH_CHECK(header.is_object(), "'", path, "' has a safetensors header that is not a JSON object");
+  TORCH_CHECK(header.is_object(), "fsdp: '", path, "' has a safetensors header that is not a JSON object");
+  *data_start = 8 + static_cast<int64_t>(n);
+  return header;
+}
 
+// One tensor's entry, checked against its shape and dtype and against the
+// `data_bytes` of the data section.
+Entry parse_entry(const std::string& path, const std::string& key, const json& value, int64_t data_bytes) {
+  Entry e;
+  e.key = key;
+  e.dtype = value.at("dtype").get<std::string>();
+  e.shape = value.at("shape").get<std::vector<int64_t>>();
+  auto offsets = value.at("data_offsets").get<std::vector<int64_t>>();
+  TORCH_CHECK(offsets.size() == 2, "fsdp: '", path, "': tensor '", e.key, "' has data_offsets with ",
+              offsets.size(), " values, expected 2");
+  e.begin = offsets[0];
+  e.end = offsets[1];
+  for (int64_t d : e.shape)
+    TORCH_CHECK(d >= 0, "fsdp: '", path, "': tensor '", e.key, "' has a negative dimension");
+  const int64_t expected = c10::multiply_integers(e.shape) * element_size_of(e.dtype);
+  TORCH_CHECK(e.begin >= 0 && e.end - e.begin == expected, "fsdp: '", path, "': tensor '", e.key,
+              "' has data_offsets [", e.begin, ", ", e.end, ") but its shape and dtype need ", expected,
+              " bytes");
+  TORCH_CHECK(e.end <= data_bytes, "fsdp: '", path, "' is truncated: tensor '", e.key, "' needs data bytes [",
+              e.begin, ", ", e.end, ") but the data section has only ", data_bytes, " bytes");
+  return e;
+}
+
+// Sorts the entries by offset and checks that none overlaps the next.
+void sort_and_check_overlap(const std::string& path, std::vector<Entry>* entries) {
+  std::sort(entries->begin(), entries->end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < entries->size(); ++i) {
+    const auto& prev = (*entries)[i - 1];
+    const auto& cur = (*entries)[i];
+    TORCH_CHECK(cur.begin >= prev.end, "fsdp: '", path, "': tensors '", prev.key, "' and '", cur.key,
+                "' overlap in the data section");
+  }
+}
+
+}  // namespace
+
+Header read_header(const std::string& path) {
+  InputFile in(path);
   Header result;
-  result.data_start = 8 + static_cast<int64_t>(n);
+  const json header = read_header_object(in, path, &result.data_start);
   const int64_t data_bytes = in.size() - result.data_start;
   try {
     for (auto it = header.begin(); it != header.end(); ++it) {
-      if (it.key() == "__metadata__") {
-        for (auto m = it.value().begin(); m != it.value().end(); ++m)
-          result.metadata[m.key()] = m.value().get<std::string>();
+      if (it.key() != "__metadata__") {
+        result.entries.push_back(parse_entry(path, it.key(), it.value(), data_bytes));
         continue;
       }
-      Entry e;
-      e.key = it.key();
-      e.dtype = it.value().at("dtype").get<std::string>();
-      e.shape = it.value().at("shape").get<std::vector<int64_t>>();
-      auto offsets = it.value().at("data_offsets").get<std::vector<int64_t>>();
-      TORCH_CHECK(offsets.size() == 2, "'", path, "': tensor '", e.key,
-                  "' has data_offsets with ", offsets.size(), " values, expected 2");
-      e.begin = offsets[0];
-      e.end = offsets[1];
-      for (int64_t d : e.shape)
-        TORCH_CHECK(d >= 0, "'", path, "': tensor '", e.key, "' has a negative dimension");
-      const int64_t expected = numel_of(e.shape) * element_size_of(e.dtype);
-      TORCH_CHECK(e.begin >= 0 && e.end - e.begin == expected, "'", path, "': tensor '", e.key,
-                  "' has data_offsets [", e.begin, ", ", e.end, ") but its shape and dtype need ",
-                  expected, " bytes");
-      TORCH_CHECK(e.end <= data_bytes, "'", path, "' is truncated: tensor '", e.key,
-                  "' needs data bytes [", e.begin, ", ", e.end, ") but the data section has only ",
-                  data_bytes, " bytes");
-      result.entries.push_back(std::move(e));
+      for (auto m = it.value().begin(); m != it.value().end(); ++m)
+        result.metadata[m.key()] = m.value().get<std::string>();
     }
   } catch (const json::exception& e) {
-    TORCH_CHECK(false, "'", path, "' has a malformed safetensors header: ", e.what());
+    TORCH_CHECK(false, "fsdp: '", path, "' has a malformed safetensors header: ", error_message(e));
   }
-  std::sort(result.entries.begin(), result.entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < result.entries.size(); ++i) {
-    const auto& prev = result.entries[i - 1];
-    const auto& cur = result.entries[i];
-    TORCH_CHECK(cur.begin >= prev.end, "'", path, "': tensors '", prev.key, "' and '", cur.key,
-                "' overlap in the data section");
-  }
+  sort_and_check_overlap(path, &result.entries);
   return result;
-}
-
-Writer::Writer(OutputFile& out, const std::vector<Declared>& entries,
-               const std::map<std::string, std::string>& metadata)
-    : out_(out) {
-  TORCH_CHECK(out_.offset() == 0, "safetensors::Writer must start at offset 0 of '", out_.path(), "'");
-  int64_t offset = 0;
-  for (const auto& d : entries) {
-    Entry e;
-    e.key = d.key;
-    e.dtype = dtype_name(d.dtype);
-    e.shape = d.shape;
-    e.begin = offset;
-    e.end = offset + numel_of(d.shape) * static_cast<int64_t>(c10::elementSize(d.dtype));
-    offset = e.end;
-    entries_.push_back(std::move(e));
-  }
-  std::string header = encode_header(entries_, metadata);
-  data_start_ = static_cast<int64_t>(header.size());
-  out_.write_all(header.data(), static_cast<int64_t>(header.size()));
-}
-
-int64_t Writer::write_next(const at::Tensor& tensor) {
-  TORCH_CHECK(next_ < entries_.size(), "safetensors::Writer: more tensors written than declared");
-  const auto& e = entries_[next_];
-  TORCH_CHECK(dtype_name(tensor.scalar_type()) == e.dtype, "tensor '", e.key, "' was declared ",
-              e.dtype, " but has dtype ", c10::toString(tensor.scalar_type()));
-  TORCH_CHECK(tensor.numel() == numel_of(e.shape), "tensor '", e.key, "' was declared with ",
-              numel_of(e.shape), " elements but has ", tensor.numel());
-  at::Tensor cpu = tensor.to(at::kCPU).contiguous();
-  return write_next_bytes(cpu.data_ptr(), static_cast<int64_t>(cpu.nbytes()));
-}
-
-int64_t Writer::write_next_bytes(const void* data, int64_t nbytes) {
-  TORCH_CHECK(next_ < entries_.size(), "safetensors::Writer: more tensors written than declared");
-  const auto& e = entries_[next_];
-  TORCH_CHECK(nbytes == e.end - e.begin, "tensor '", e.key, "' needs ", e.end - e.begin,
-              " bytes, got ", nbytes);
-  const int64_t at_offset = data_start_ + e.begin;
-  TORCH_INTERNAL_ASSERT(out_.offset() == at_offset);
-  out_.write_all(data, nbytes);
-  ++next_;
-  return at_offset;
-}
-
-void Writer::finish() {
-  TORCH_CHECK(next_ == entries_.size(), "safetensors::Writer for '", out_.path(), "': only ", next_,
-              " of ", entries_.size(), " declared tensors were written");
 }
 
 void save_file(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
@@ -203,7 +152,7 @@ at::Tensor read_entry(const std::string& path, const Header& header, const Entry
   InputFile in(path);
   at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(dtype_from_name(entry.dtype)));
   TORCH_CHECK(in.read_at(header.data_start + entry.begin, t.data_ptr(), entry.end - entry.begin),
-              "'", path, "' is truncated: tensor '", entry.key, "' lies past the end of the file");
+              "fsdp: '", path, "' is truncated: tensor '", entry.key, "' lies past the end of the file");
   return t;
 }
 

@@ -2,24 +2,28 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/error_cause.h"
 #include "checkpoint/rank_file.h"
+#include "checkpoint/save_hook.h"
 #include "checkpoint/staging.h"
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/verdict.h"
 #include "fsdp/checkpoint/index.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/comm/process_group.h"
 
 // [Note: checkpoint commit protocol]
-// A save is three rounds of all_gather_strings over the group, so that every
-// rank learns every outcome and all of them return or throw together:
+// A save is three rounds in which every rank sends every other its Verdict
+// (verdict.h: ok, the error, the result), so that every rank learns every
+// outcome and all of them return or throw together:
 //   1. Rank 0 checks the target (parent exists and is writable; an existing
 //      target needs overwrite and must itself be a checkpoint or empty) and
 //      creates the staging directory "<dir>.partial-<id>". Its verdict and
@@ -43,76 +47,38 @@ namespace fsdp::ckpt {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-namespace testing {
 namespace {
-std::mutex g_hook_mutex;
-SaveHook g_hook;
-}  // namespace
-void set_save_hook(SaveHook hook) {
-  std::lock_guard<std::mutex> lock(g_hook_mutex);
-  g_hook = std::move(hook);
-}
-}  // namespace testing
-
-namespace {
-
-void run_hook(int rank, testing::SavePhase phase, const std::string& path) {
-  testing::SaveHook hook;
-  {
-    std::lock_guard<std::mutex> lock(testing::g_hook_mutex);
-    hook = testing::g_hook;
-  }
-  if (hook) hook(rank, phase, path);
-}
-
-std::string error_text(const std::exception& e) {
-  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) return c10e->what_without_backtrace();
-  return e.what();
-}
-
-constexpr const char* kOk = "ok:";
-constexpr const char* kError = "error:";
-
-bool is_error(const std::string& s) { return s.rfind(kError, 0) == 0; }
-std::string payload(const std::string& s) {
-  return s.substr(is_error(s) ? std::string(kError).size() : std::string(kOk).size());
-}
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 // Checks this rank's pieces on their own, before writing anything.
 void check_local_pieces(const std::vector<TensorPiece>& pieces) {
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
   for (const auto& p : pieces) {
-    TORCH_CHECK(!p.name.empty(), "a piece has an empty tensor name");
+    TORCH_CHECK(!p.name.empty(), "fsdp: a piece has an empty tensor name");
     for (int64_t d : p.global_shape)
-      TORCH_CHECK(d >= 0, "tensor '", p.name, "' has a negative dimension in global_shape");
+      TORCH_CHECK(d >= 0, "fsdp: tensor '", p.name, "' has a negative dimension in global_shape");
     safetensors::dtype_name(p.dtype);  // throws for dtypes safetensors cannot store
-    TORCH_CHECK(p.data.defined(), "piece of '", p.name, "' at element ", p.flat_begin, " has no data");
-    TORCH_CHECK(p.data.scalar_type() == p.dtype, "piece of '", p.name, "' at element ", p.flat_begin,
+    TORCH_CHECK(p.data.defined(), "fsdp: piece of '", p.name, "' at element ", p.flat_begin, " has no data");
+    TORCH_CHECK(p.data.scalar_type() == p.dtype, "fsdp: piece of '", p.name, "' at element ", p.flat_begin,
                 " holds ", c10::toString(p.data.scalar_type()), " data but declares dtype ",
                 c10::toString(p.dtype));
-    const int64_t numel = numel_of(p.global_shape);
+    const int64_t numel = c10::multiply_integers(p.global_shape);
     const int64_t end = p.flat_begin + p.data.numel();
-    TORCH_CHECK(p.flat_begin >= 0 && end <= numel, "piece of '", p.name, "' covers elements [",
+    TORCH_CHECK(p.flat_begin >= 0 && end <= numel, "fsdp: piece of '", p.name, "' covers elements [",
                 p.flat_begin, ", ", end, ") but the tensor has ", numel, " elements");
     if (end > p.flat_begin) ranges[p.name].emplace_back(p.flat_begin, end);
   }
   for (auto& [name, rs] : ranges) {
     std::sort(rs.begin(), rs.end());
     for (size_t i = 1; i < rs.size(); ++i)
-      TORCH_CHECK(rs[i].first >= rs[i - 1].second, "this rank passes overlapping pieces of '", name,
+      TORCH_CHECK(rs[i].first >= rs[i - 1].second, "fsdp: this rank passes overlapping pieces of '", name,
                   "': [", rs[i - 1].first, ", ", rs[i - 1].second, ") and [", rs[i].first, ", ",
                   rs[i].second, ")");
   }
 }
 
-// Phase 2 on one rank: writes its file and returns the JSON record of what it wrote.
-json write_my_file(const std::string& staging, int rank, int world_size,
+// The work of round 2 on one rank: writes its pieces to its file and returns
+// the JSON record of what it wrote.
+json write_pieces(const std::string& staging, int rank, int world_size,
                    const std::vector<TensorPiece>& pieces, int64_t block_bytes) {
   check_local_pieces(pieces);
   const std::string file_name = rank_file_name(rank, world_size);
@@ -128,7 +94,7 @@ json write_my_file(const std::string& staging, int rank, int world_size,
     specs.push_back({p.name, p.dtype, p.flat_begin, p.data.numel()});
     written.push_back(&p);
   }
-  run_hook(rank, testing::SavePhase::kBeforeDataFile, path);
+  detail::run_save_hook(rank, testing::SavePhase::kBeforeDataFile, path);
   json record;
   record["declared"] = std::move(declared);
   record["pieces"] = json::array();
@@ -152,44 +118,48 @@ json write_my_file(const std::string& staging, int rank, int world_size,
                                   {"hashes", std::move(hashes)}});
     }
   }
-  run_hook(rank, testing::SavePhase::kAfterDataFile, path);
+  detail::run_save_hook(rank, testing::SavePhase::kAfterDataFile, path);
   return record;
 }
 
-// Phase 3 on rank 0: builds the index from every rank's record.
-Index build_index(const std::vector<json>& records, const SaveOptions& options) {
-  Index index;
-  index.world_size = static_cast<int>(records.size());
-  index.step = options.step;
-  index.extras = options.extras.is_null() ? json::object() : options.extras;
-  index.checksum_block_bytes = options.checksum_block_bytes;
-  std::map<std::string, size_t> position;
+// The tensors the ranks declared, in the order first declared, with no
+// pieces yet. Every rank that declares a tensor must agree on its shape and
+// dtype. `position` maps each name to its place in the result.
+std::vector<TensorInfo> declared_tensors(const std::vector<json>& records,
+                                         std::map<std::string, size_t>* position) {
+  std::vector<TensorInfo> tensors;
   std::map<std::string, int> declared_by;
   for (size_t rank = 0; rank < records.size(); ++rank) {
-    const json& r = records[rank];
-    for (const auto& d : r.at("declared")) {
+    for (const auto& d : records[rank].at("declared")) {
       const std::string name = d.at("name").get<std::string>();
       const auto shape = d.at("shape").get<std::vector<int64_t>>();
       const auto dtype = safetensors::dtype_from_name(d.at("dtype").get<std::string>());
-      auto it = position.find(name);
-      if (it == position.end()) {
-        position[name] = index.tensors.size();
+      auto it = position->find(name);
+      if (it == position->end()) {
+        (*position)[name] = tensors.size();
         declared_by[name] = static_cast<int>(rank);
-        TensorInfo t;
-        t.name = name;
-        t.shape = shape;
-        t.dtype = dtype;
-        index.tensors.push_back(std::move(t));
+        tensors.push_back(TensorInfo{name, shape, dtype, {}});
         continue;
       }
-      const TensorInfo& t = index.tensors[it->second];
-      TORCH_CHECK(t.shape == shape && t.dtype == dtype, "ranks disagree about tensor '", name, "': rank ",
-                  declared_by[name], " says shape ", c10::IntArrayRef(t.shape), " ", c10::toString(t.dtype),
-                  ", rank ", rank, " says shape ", c10::IntArrayRef(shape), " ", c10::toString(dtype));
+      const TensorInfo& t = tensors[it->second];
+      TORCH_CHECK(t.shape == shape && t.dtype == dtype, "fsdp: ranks disagree about tensor '", name,
+                  "': rank ", declared_by[name], " says shape ", c10::IntArrayRef(t.shape), " ",
+                  c10::toString(t.dtype), ", rank ", rank, " says shape ", c10::IntArrayRef(shape), " ",
+                  c10::toString(dtype));
     }
-    if (r.at("file").is_null()) continue;
-    const int file_index = static_cast<int>(index.files.size());
-    index.files.push_back({r.at("file").get<std::string>(), static_cast<int>(rank), r.at("bytes").get<int64_t>()});
+  }
+  return tensors;
+}
+
+// Adds each rank's file, and the pieces it holds to their tensors.
+void add_rank_files(const std::vector<json>& records, const std::map<std::string, size_t>& position,
+                    Index* index) {
+  for (size_t rank = 0; rank < records.size(); ++rank) {
+    const json& r = records[rank];
+    if (r.at("file").is_null()) continue;  // the rank had nothing to save
+    const int file_index = static_cast<int>(index->files.size());
+    index->files.push_back(
+        {r.at("file").get<std::string>(), static_cast<int>(rank), r.at("bytes").get<int64_t>()});
     for (const auto& p : r.at("pieces")) {
       PieceInfo info;
       info.file = file_index;
@@ -198,39 +168,122 @@ Index build_index(const std::vector<json>& records, const SaveOptions& options) 
       info.flat_end = p.at("flat_end").get<int64_t>();
       info.byte_offset = p.at("byte_offset").get<int64_t>();
       info.block_checksums = p.at("hashes").get<std::vector<uint64_t>>();
-      index.tensors[position.at(p.at("name").get<std::string>())].pieces.push_back(std::move(info));
+      index->tensors[position.at(p.at("name").get<std::string>())].pieces.push_back(std::move(info));
     }
   }
-  // Every tensor's pieces must tile it exactly; name the ranks when not.
-  for (auto& t : index.tensors) {
+}
+
+// Sorts each tensor's pieces and checks they tile it exactly, naming the
+// ranks when not.
+void check_tiling(const std::vector<FileInfo>& files, std::vector<TensorInfo>* tensors) {
+  for (auto& t : *tensors) {
     std::sort(t.pieces.begin(), t.pieces.end(),
               [](const PieceInfo& a, const PieceInfo& b) { return a.flat_begin < b.flat_begin; });
     int64_t covered = 0;
     int covered_by = -1;
     for (const auto& p : t.pieces) {
-      const int rank = index.files[p.file].rank;
-      TORCH_CHECK(p.flat_begin >= covered, "ranks ", covered_by, " and ", rank, " both hold elements [",
+      const int rank = files[p.file].rank;
+      TORCH_CHECK(p.flat_begin >= covered, "fsdp: ranks ", covered_by, " and ", rank, " both hold elements [",
                   p.flat_begin, ", ", std::min(covered, p.flat_end), ") of '", t.name,
                   "' (a replicated tensor must be passed by one rank only)");
-      TORCH_CHECK(p.flat_begin == covered, "no rank holds elements [", covered, ", ", p.flat_begin,
+      TORCH_CHECK(p.flat_begin == covered, "fsdp: no rank holds elements [", covered, ", ", p.flat_begin,
                   ") of '", t.name, "'");
       covered = p.flat_end;
       covered_by = rank;
     }
-    TORCH_CHECK(covered == t.numel(), "no rank holds elements [", covered, ", ", t.numel(), ") of '",
+    TORCH_CHECK(covered == t.numel(), "fsdp: no rank holds elements [", covered, ", ", t.numel(), ") of '",
                 t.name, "' (shape ", c10::IntArrayRef(t.shape), ")");
   }
+}
+
+// Part of round 3 on rank 0: builds the index from every rank's record.
+Index build_index(const std::vector<json>& records, const SaveOptions& options) {
+  Index index;
+  index.world_size = static_cast<int>(records.size());
+  index.step = options.step;
+  index.extras = options.extras.is_null() ? json::object() : options.extras;
+  index.checksum_block_bytes = options.checksum_block_bytes;
+  std::map<std::string, size_t> position;
+  index.tensors = declared_tensors(records, &position);
+  add_rank_files(records, position, &index);
+  check_tiling(index.files, &index.tensors);
   return index;
 }
 
-// all_gather_strings, with a failure (a dead or hung rank) turned into a save error.
-std::vector<std::string> exchange(ProcessGroup& group, const std::string& dir, const char* stage,
-                                  const std::string& mine) {
+void check_save_options(const SaveOptions& options) {
+  TORCH_CHECK(options.checksum_block_bytes > 0,
+              "fsdp: SaveOptions::checksum_block_bytes must be positive, got ", options.checksum_block_bytes);
+}
+
+// Round 1 on rank 0: checks the target and creates the staging directory.
+// The result is the staging path.
+detail::Verdict prepare_target(const std::string& dir, bool overwrite) {
   try {
-    return all_gather_strings(group, mine);
+    detail::check_target(dir, overwrite);
+    const std::string staging = detail::staging_path(dir, detail::new_staging_id());
+    detail::create_staging(staging);
+    return detail::Verdict::success(staging);
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, "checkpoint save to '", dir, "' failed ", stage, ", when the ranks exchanged results: ",
-                error_text(e), " (was a rank killed? any previous checkpoint at '", dir,
+    return detail::Verdict::failure(detail::error_cause(e));
+  }
+}
+
+// Round 2 on every rank: writes and fsyncs its own file. The result is the
+// record of what it wrote (write_pieces).
+detail::Verdict write_rank_file(const std::string& staging, int rank, int world_size,
+                                const std::vector<TensorPiece>& pieces, int64_t block_bytes) {
+  try {
+    return detail::Verdict::success(write_pieces(staging, rank, world_size, pieces, block_bytes));
+  } catch (const std::exception& e) {
+    return detail::Verdict::failure(detail::error_cause(e));
+  }
+}
+
+// "N of W ranks failed to write their data:" and each failure, or "" if none.
+std::string write_failures(const std::vector<detail::Verdict>& written) {
+  std::string lines;
+  int failed = 0;
+  for (size_t rank = 0; rank < written.size(); ++rank) {
+    if (written[rank].ok) continue;
+    ++failed;
+    lines += fmt::format("\n  rank {}: {}", rank, written[rank].message);
+  }
+  if (failed == 0) return "";
+  return fmt::format("{} of {} ranks failed to write their data:{}", failed, written.size(), lines);
+}
+
+// Round 3 on rank 0: if every rank wrote its file, writes the index and
+// moves the checkpoint into place; otherwise removes the staging directory.
+detail::Verdict commit_checkpoint(const std::string& staging, const std::string& dir,
+                                  const std::vector<detail::Verdict>& written, const SaveOptions& options) {
+  const std::string failures = write_failures(written);
+  if (!failures.empty()) {
+    detail::remove_quietly(staging);
+    return detail::Verdict::failure(failures);
+  }
+  try {
+    std::vector<json> records;
+    for (const auto& verdict : written) records.push_back(verdict.result);
+    Index index = build_index(records, options);
+    detail::run_save_hook(0, testing::SavePhase::kBeforeIndex, staging);
+    detail::publish_checkpoint(staging, index, dir, options.overwrite);
+    return detail::Verdict::success();
+  } catch (const std::exception& e) {
+    detail::remove_quietly(staging);
+    return detail::Verdict::failure("rank 0 could not complete the checkpoint: " + detail::error_cause(e));
+  }
+}
+
+// Every rank's verdict, with a failure of the exchange itself (a dead or
+// hung rank) turned into a save error.
+std::vector<detail::Verdict> exchange(ProcessGroup& group, const std::string& dir, const char* stage,
+                                      const detail::Verdict& mine) {
+  try {
+    return detail::all_gather_verdicts(group, mine);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "fsdp: checkpoint save to '", dir, "' failed ", stage,
+                ", when the ranks exchanged results: ", detail::error_cause(e),
+                " (was a rank killed? any previous checkpoint at '", dir,
                 "' is untouched; the incomplete save may be left in '", dir, ".partial-*')");
   }
 }
@@ -239,99 +292,47 @@ std::vector<std::string> exchange(ProcessGroup& group, const std::string& dir, c
 
 void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorPiece>& my_pieces,
           const SaveOptions& options) {
+  check_save_options(options);
   const int rank = group.rank();
-  const int world_size = group.size();
-  TORCH_CHECK(options.checksum_block_bytes > 0, "SaveOptions::checksum_block_bytes must be positive, got ",
-              options.checksum_block_bytes);
+  const detail::Verdict nothing = detail::Verdict::success();  // what ranks other than 0 send
 
-  // Round 1: rank 0 checks the target and creates the staging directory.
-  std::string verdict;
-  if (rank == 0) {
-    try {
-      detail::check_target(dir, options.overwrite);
-      const std::string staging = detail::staging_path(dir, detail::new_staging_id());
-      detail::create_staging(staging);
-      verdict = kOk + staging;
-    } catch (const std::exception& e) {
-      verdict = kError + error_text(e);
-    }
-  }
-  const std::string round1 = exchange(group, dir, "while preparing the target", verdict).at(0);
-  TORCH_CHECK(!is_error(round1), "checkpoint save to '", dir, "' failed before writing anything: ",
-              payload(round1));
-  const std::string staging = payload(round1);
+  const detail::Verdict prepared = exchange(group, dir, "while preparing the target",
+                                            rank == 0 ? prepare_target(dir, options.overwrite) : nothing)
+                                       .at(0);
+  TORCH_CHECK(prepared.ok, "fsdp: checkpoint save to '", dir, "' failed before writing anything: ",
+              prepared.message);
+  const std::string staging = prepared.result.get<std::string>();
 
-  // Round 2: every rank writes and fsyncs its own file.
-  std::string mine;
-  try {
-    mine = kOk + write_my_file(staging, rank, world_size, my_pieces, options.checksum_block_bytes).dump();
-  } catch (const std::exception& e) {
-    mine = kError + error_text(e);
-  }
-  const std::vector<std::string> round2 = exchange(group, dir, "while writing data files", mine);
-  std::string failures;
-  for (int r = 0; r < world_size; ++r)
-    if (is_error(round2[r])) failures += fmt::format("\n  rank {}: {}", r, payload(round2[r]));
+  const std::vector<detail::Verdict> written =
+      exchange(group, dir, "while writing data files",
+               write_rank_file(staging, rank, group.size(), my_pieces, options.checksum_block_bytes));
 
-  // Round 3: rank 0 writes the index and moves the checkpoint into place.
-  verdict.clear();
-  if (rank == 0) {
-    if (!failures.empty()) {
-      detail::remove_quietly(staging);
-      verdict = kError + fmt::format("{} of {} ranks failed to write their data:{}",
-                                     std::count_if(round2.begin(), round2.end(), is_error), world_size,
-                                     failures);
-    } else {
-      try {
-        std::vector<json> records;
-        for (const auto& s : round2) records.push_back(json::parse(payload(s)));
-        Index index = build_index(records, options);
-        run_hook(rank, testing::SavePhase::kBeforeIndex, staging);
-        detail::publish_checkpoint(staging, index, dir, options.overwrite);
-        verdict = kOk;
-      } catch (const std::exception& e) {
-        detail::remove_quietly(staging);
-        verdict = kError + std::string("rank 0 could not complete the checkpoint: ") + error_text(e);
-      }
-    }
-  }
-  const std::string round3 = exchange(group, dir, "while writing the index", verdict).at(0);
-  TORCH_CHECK(!is_error(round3), "checkpoint save to '", dir, "' failed (any previous checkpoint there is "
-              "untouched): ", payload(round3));
+  const detail::Verdict committed =
+      exchange(group, dir, "while writing the index",
+               rank == 0 ? commit_checkpoint(staging, dir, written, options) : nothing)
+          .at(0);
+  TORCH_CHECK(committed.ok, "fsdp: checkpoint save to '", dir,
+              "' failed (any previous checkpoint there is untouched): ", committed.message);
 }
 
 void save_local(const std::string& dir, const std::vector<std::vector<TensorPiece>>& pieces_by_rank,
                 const SaveOptions& options) {
   const int world_size = static_cast<int>(pieces_by_rank.size());
-  TORCH_CHECK(world_size >= 1, "save_local needs the pieces of at least one rank");
-  TORCH_CHECK(options.checksum_block_bytes > 0, "SaveOptions::checksum_block_bytes must be positive, got ",
-              options.checksum_block_bytes);
-  try {
-    detail::check_target(dir, options.overwrite);
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "checkpoint save to '", dir, "' failed before writing anything: ",
-                e.what_without_backtrace());
+  TORCH_CHECK(world_size >= 1, "fsdp: save_local needs the pieces of at least one rank");
+  check_save_options(options);
+  // The three rounds of save(), each rank's step run in turn.
+  const detail::Verdict prepared = prepare_target(dir, options.overwrite);
+  TORCH_CHECK(prepared.ok, "fsdp: checkpoint save to '", dir, "' failed before writing anything: ",
+              prepared.message);
+  const std::string staging = prepared.result.get<std::string>();
+  std::vector<detail::Verdict> written;
+  for (int rank = 0; rank < world_size; ++rank) {
+    written.push_back(
+        write_rank_file(staging, rank, world_size, pieces_by_rank[rank], options.checksum_block_bytes));
   }
-  const std::string staging = detail::staging_path(dir, detail::new_staging_id());
-  detail::create_staging(staging);
-  try {
-    std::vector<json> records;
-    for (int rank = 0; rank < world_size; ++rank) {
-      try {
-        records.push_back(write_my_file(staging, rank, world_size, pieces_by_rank[rank],
-                                        options.checksum_block_bytes));
-      } catch (const std::exception& e) {
-        TORCH_CHECK(false, "rank ", rank, ": ", error_text(e));
-      }
-    }
-    Index index = build_index(records, options);
-    run_hook(0, testing::SavePhase::kBeforeIndex, staging);
-    detail::publish_checkpoint(staging, index, dir, options.overwrite);
-  } catch (const std::exception& e) {
-    detail::remove_quietly(staging);
-    TORCH_CHECK(false, "checkpoint save to '", dir, "' failed (any previous checkpoint there is untouched): ",
-                error_text(e));
-  }
+  const detail::Verdict committed = commit_checkpoint(staging, dir, written, options);
+  TORCH_CHECK(committed.ok, "fsdp: checkpoint save to '", dir,
+              "' failed (any previous checkpoint there is untouched): ", committed.message);
 }
 
 }  // namespace fsdp::ckpt

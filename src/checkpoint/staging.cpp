@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <random>
 
-#include "fsdp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
 #include "fsdp/checkpoint/index.h"
 
 namespace fsdp::ckpt::detail {
@@ -18,22 +18,22 @@ namespace fsdp::ckpt::detail {
 namespace fs = std::filesystem;
 
 void check_target(const std::string& dir, bool overwrite) {
-  TORCH_CHECK(!dir.empty(), "checkpoint directory path is empty");
+  TORCH_CHECK(!dir.empty(), "fsdp: checkpoint directory path is empty");
   std::error_code ec;
   const std::string parent = parent_directory(fs::path(dir).lexically_normal().string());
-  TORCH_CHECK(fs::exists(parent, ec), "cannot save checkpoint to '", dir, "': parent directory '",
+  TORCH_CHECK(fs::exists(parent, ec), "fsdp: cannot save checkpoint to '", dir, "': parent directory '",
               parent, "' does not exist; create it first");
-  TORCH_CHECK(fs::is_directory(parent, ec), "cannot save checkpoint to '", dir, "': '", parent,
+  TORCH_CHECK(fs::is_directory(parent, ec), "fsdp: cannot save checkpoint to '", dir, "': '", parent,
               "' is not a directory");
-  TORCH_CHECK(::access(parent.c_str(), W_OK | X_OK) == 0, "cannot save checkpoint to '", dir,
+  TORCH_CHECK(::access(parent.c_str(), W_OK | X_OK) == 0, "fsdp: cannot save checkpoint to '", dir,
               "': parent directory '", parent, "' is not writable: ", errno_text());
   if (!fs::exists(fs::symlink_status(dir, ec))) return;
-  TORCH_CHECK(overwrite, "checkpoint directory '", dir,
+  TORCH_CHECK(overwrite, "fsdp: checkpoint directory '", dir,
               "' already exists; pass overwrite=true (fsdp-ckpt: --overwrite) to replace it, or "
               "choose another directory");
-  TORCH_CHECK(fs::is_directory(dir, ec), "cannot replace '", dir, "': it exists and is not a directory");
+  TORCH_CHECK(fs::is_directory(dir, ec), "fsdp: cannot replace '", dir, "': it exists and is not a directory");
   const bool is_checkpoint = fs::exists(fs::path(dir) / kIndexFileName, ec);
-  TORCH_CHECK(is_checkpoint || fs::is_empty(dir, ec), "refusing to replace '", dir,
+  TORCH_CHECK(is_checkpoint || fs::is_empty(dir, ec), "fsdp: refusing to replace '", dir,
               "': it is a non-empty directory without ", kIndexFileName,
               ", so not a libfsdp checkpoint; remove it yourself if it should go");
 }
@@ -51,7 +51,7 @@ std::string staging_path(const std::string& dir, const std::string& id) {
 
 void create_staging(const std::string& staging) {
   std::error_code ec;
-  TORCH_CHECK(fs::create_directory(staging, ec) && !ec, "cannot create staging directory '", staging,
+  TORCH_CHECK(fs::create_directory(staging, ec) && !ec, "fsdp: cannot create staging directory '", staging,
               "': ", ec ? ec.message() : std::string("it already exists"));
 }
 
@@ -61,12 +61,12 @@ void commit_staging(const std::string& staging, const std::string& dir, bool ove
   const std::string parent = parent_directory(target);
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(target, ec))) {
-    TORCH_CHECK(::rename(staging.c_str(), target.c_str()) == 0, "cannot rename '", staging, "' to '",
+    TORCH_CHECK(::rename(staging.c_str(), target.c_str()) == 0, "fsdp: cannot rename '", staging, "' to '",
                 target, "': ", errno_text());
     fsync_directory(parent);
     return;
   }
-  TORCH_CHECK(overwrite, "checkpoint directory '", target, "' appeared during the save; not replacing it "
+  TORCH_CHECK(overwrite, "fsdp: checkpoint directory '", target, "' appeared during the save; not replacing it "
               "without overwrite");
   // Swap atomically: at every instant `target` is either the old or the new
   // checkpoint. Afterwards `staging` holds the old one.
@@ -75,14 +75,15 @@ void commit_staging(const std::string& staging, const std::string& dir, bool ove
     remove_quietly(staging);
     return;
   }
-  TORCH_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP, "cannot exchange '", staging,
+  TORCH_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP, "fsdp: cannot exchange '", staging,
               "' with '", target, "': ", errno_text());
   // Filesystems without RENAME_EXCHANGE: move the old one aside first. A
-  // crash between the two renames leaves the old checkpoint at "<dir>.old-*".
+  // crash between the two renames leaves the old checkpoint at
+  // "<dir>.partial-<id>.old".
   const std::string old = staging + ".old";
-  TORCH_CHECK(::rename(target.c_str(), old.c_str()) == 0, "cannot move '", target, "' aside to '", old,
+  TORCH_CHECK(::rename(target.c_str(), old.c_str()) == 0, "fsdp: cannot move '", target, "' aside to '", old,
               "': ", errno_text());
-  TORCH_CHECK(::rename(staging.c_str(), target.c_str()) == 0, "cannot rename '", staging, "' to '",
+  TORCH_CHECK(::rename(staging.c_str(), target.c_str()) == 0, "fsdp: cannot rename '", staging, "' to '",
               target, "': ", errno_text(), " (the previous checkpoint is at '", old, "')");
   fsync_directory(parent);
   remove_quietly(old);

@@ -16,23 +16,7 @@ std::string describe(const std::vector<int64_t>& shape, at::ScalarType dtype) {
   out << c10::IntArrayRef(shape) << " " << c10::toString(dtype);
   return out.str();
 }
-
-void append_list(std::string& out, const char* title, const std::vector<std::string>& items) {
-  if (items.empty()) return;
-  out += fmt::format("\n  {} ({}):", title, items.size());
-  for (const auto& item : items) out += "\n    " + item;
-}
 }  // namespace
-
-std::string KeyCheck::message(const std::string& source) const {
-  if (ok()) return {};
-  std::string out = fmt::format("{} does not match the model: {} missing, {} unexpected, {} mismatched",
-                                source, missing.size(), unexpected.size(), mismatched.size());
-  append_list(out, "missing from the checkpoint", missing);
-  append_list(out, "unexpected in the checkpoint", unexpected);
-  append_list(out, "shape or dtype mismatch", mismatched);
-  return out;
-}
 
 KeyCheck compare_keys(const Reader& reader, const std::map<std::string, ExpectedTensor>& expected) {
   KeyCheck result;
@@ -55,7 +39,7 @@ KeyCheck compare_keys(const Reader& reader, const std::map<std::string, Expected
 
 void check_strict(const Reader& reader, const std::map<std::string, ExpectedTensor>& expected) {
   KeyCheck check = compare_keys(reader, expected);
-  TORCH_CHECK(check.ok(), check.message("checkpoint '" + reader.dir() + "'"));
+  TORCH_CHECK(check.ok(), "fsdp: ", check.message("checkpoint '" + reader.dir() + "'", "the checkpoint"));
 }
 
 }  // namespace fsdp::ckpt

@@ -4,8 +4,11 @@
 #include <c10/util/Exception.h>
 #include <torch/optim/optimizer.h>
 
+#include <algorithm>
 #include <map>
 
+#include "checkpoint/error_cause.h"
+#include "checkpoint/verdict.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/strict_check.h"
 #include "fsdp/comm/process_group.h"
@@ -16,9 +19,12 @@
 namespace fsdp::ckpt {
 namespace {
 
+// Optimizer state is stored as "optim/<param name>/<field>".
 std::string state_name(const std::string& param, const std::string& field) {
   return "optim/" + param + "/" + field;
 }
+
+bool is_optimizer_entry(const std::string& name) { return name.rfind("optim/", 0) == 0; }
 
 TensorPiece piece_of(const std::string& name, const ParamShard& shard, const at::Tensor& data) {
   return TensorPiece{name, shard.full_shape, data.scalar_type(), shard.flat_begin,
@@ -38,8 +44,8 @@ std::vector<TensorPiece> training_state_pieces(const UnitModule& root,
     if (!shard.primary) continue;
     pieces.push_back(piece_of(shard.name, shard, shard.param));
     if (!optimizer) continue;
-    detail::OptimizerFields fields;
-    if (!detail::read_optimizer_state(*optimizer, shard.param, &fields)) continue;
+    fsdp::detail::OptimizerFields fields;
+    if (!fsdp::detail::read_optimizer_state(*optimizer, shard.param, &fields)) continue;
     for (const auto& f : fields.tensors) {
       pieces.push_back(piece_of(state_name(shard.name, f.first), shard, f.second));
     }
@@ -63,74 +69,96 @@ void save_training_state(ProcessGroup& group, const std::string& dir, const Unit
   save(group, dir, training_state_pieces(root, optimizer), options);
 }
 
+namespace {
+
+// What `root` expects of a checkpoint, by name: its parameters and buffers,
+// plus every optimizer entry `reader` has (loading the weights only is a
+// normal use, so those are always accepted).
+std::map<std::string, ExpectedTensor> expected_tensors(const UnitModule& root,
+                                                       const std::vector<ParamShard>& shards,
+                                                       const Reader& reader) {
+  std::map<std::string, ExpectedTensor> expected;
+  for (const auto& shard : shards) expected[shard.name] = {shard.full_shape, shard.param.scalar_type()};
+  for (const auto& buffer : root.named_buffers()) {
+    expected[buffer.key()] = {buffer.value().sizes().vec(), buffer.value().scalar_type()};
+  }
+  for (const auto& name : reader.names()) {
+    if (is_optimizer_entry(name)) expected[name] = {reader.global_shape(name), reader.dtype(name)};
+  }
+  return expected;
+}
+
+// Whether `reader` can load into `root` (and an optimizer), and why not.
+detail::Verdict check_loadable(const Reader& reader, const UnitModule& root,
+                               const std::vector<ParamShard>& shards, bool with_optimizer, bool strict) {
+  const auto names = reader.names();
+  const bool has_optimizer_state = std::any_of(names.begin(), names.end(), is_optimizer_entry);
+  if (with_optimizer && !has_optimizer_state) {
+    return detail::Verdict::failure("it holds no optimizer state; pass no optimizer to load the weights only");
+  }
+  if (strict) {
+    const KeyCheck check = compare_keys(reader, expected_tensors(root, shards, reader));
+    if (!check.ok()) return detail::Verdict::failure(check.message("it", "the checkpoint"));
+  }
+  return detail::Verdict::success();
+}
+
+void load_model(const Reader& reader, UnitModule& root, const std::vector<ParamShard>& shards) {
+  for (const auto& shard : shards) {
+    if (shard.numel == 0) continue;
+    at::Tensor host = at::empty({shard.numel}, shard.param.options().device(at::kCPU));
+    reader.read_into(shard.name, shard.flat_begin, host);
+    shard.param.detach().view({-1}).copy_(host);
+  }
+  for (auto& buffer : root.named_buffers()) {
+    if (!reader.contains(buffer.key())) continue;
+    buffer.value().copy_(reader.read_full(buffer.key()));
+  }
+}
+
+void load_optimizer(const Reader& reader, torch::optim::Optimizer& optimizer,
+                    const std::vector<ParamShard>& shards) {
+  for (const auto& shard : shards) {
+    std::map<std::string, at::Tensor> fields;
+    for (const auto& field : fsdp::detail::optimizer_tensor_fields()) {
+      const std::string name = state_name(shard.name, field);
+      if (!reader.contains(name)) continue;
+      fields[field] =
+          reader.read(name, shard.flat_begin, shard.numel).to(shard.param.device()).view(shard.param.sizes());
+    }
+    if (fields.empty()) continue;
+    const std::string step_name = state_name(shard.name, "step");
+    const int64_t step = reader.contains(step_name) ? reader.read_full(step_name).item<int64_t>() : 0;
+    fsdp::detail::install_optimizer_state(optimizer, shard.param, fields, step);
+  }
+}
+
+}  // namespace
+
 LoadResult load_training_state(ProcessGroup& group, const std::string& dir, UnitModule& root,
                                torch::optim::Optimizer* optimizer, bool strict) {
   TORCH_CHECK(root.root_state(), "fsdp: load_training_state needs the root module that "
                                  "fully_shard returned");
+  const auto shards = param_shards(root);
   // Every rank opens and checks the checkpoint; a failure on any rank is
   // reported on all of them, so none is left waiting in a later collective.
-  std::string error;
+  detail::Verdict mine;
   c10::optional<Reader> reader;
   try {
     reader = Reader::open(dir);
+    mine = check_loadable(*reader, root, shards, optimizer != nullptr, strict);
   } catch (const std::exception& e) {
-    error = e.what();
+    mine = detail::Verdict::failure(detail::error_cause(e));
   }
-  const auto shards = param_shards(root);
-  if (error.empty()) {
-    std::map<std::string, ExpectedTensor> expected;
-    for (const auto& shard : shards) expected[shard.name] = {shard.full_shape, shard.param.scalar_type()};
-    for (const auto& buffer : root.named_buffers()) {
-      expected[buffer.key()] = {buffer.value().sizes().vec(), buffer.value().scalar_type()};
-    }
-    // Optimizer entries are always accepted: loading weights only is a
-    // normal use. Loading an optimizer needs them.
-    bool has_optimizer_state = false;
-    for (const auto& name : reader->names()) {
-      if (name.rfind("optim/", 0) != 0) continue;
-      has_optimizer_state = true;
-      expected[name] = {reader->global_shape(name), reader->dtype(name)};
-    }
-    if (optimizer && !has_optimizer_state) {
-      error = "it holds no optimizer state; pass no optimizer to load the weights only";
-    } else if (strict) {
-      KeyCheck check = compare_keys(*reader, expected);
-      if (!check.ok()) error = check.message(dir);
-    }
-  }
-  const auto errors = all_gather_strings(group, error);
-  for (size_t r = 0; r < errors.size(); ++r) {
-    TORCH_CHECK(errors[r].empty(), "fsdp: loading checkpoint '", dir, "' failed on rank ", r, ": ",
-                errors[r]);
+  const auto verdicts = detail::all_gather_verdicts(group, mine);
+  for (size_t r = 0; r < verdicts.size(); ++r) {
+    TORCH_CHECK(verdicts[r].ok, "fsdp: loading checkpoint '", dir, "' failed on rank ", r, ": ",
+                verdicts[r].message);
   }
 
   at::NoGradGuard no_grad;
-  for (const auto& shard : shards) {
-    if (shard.numel == 0) continue;
-    at::Tensor host = at::empty({shard.numel}, shard.param.options().device(at::kCPU));
-    reader->read_into(shard.name, shard.flat_begin, host);
-    shard.param.detach().view({-1}).copy_(host);
-  }
-  for (auto& buffer : root.named_buffers()) {
-    if (!reader->contains(buffer.key())) continue;
-    buffer.value().copy_(reader->read_full(buffer.key()));
-  }
-  if (optimizer) {
-    for (const auto& shard : shards) {
-      std::map<std::string, at::Tensor> fields;
-      for (const auto& field : detail::optimizer_tensor_fields()) {
-        const std::string name = state_name(shard.name, field);
-        if (!reader->contains(name)) continue;
-        fields[field] = reader->read(name, shard.flat_begin, shard.numel)
-                            .to(shard.param.device())
-                            .view(shard.param.sizes());
-      }
-      if (fields.empty()) continue;
-      const std::string step_name = state_name(shard.name, "step");
-      const int64_t step = reader->contains(step_name) ? reader->read_full(step_name).item<int64_t>() : 0;
-      detail::install_optimizer_state(*optimizer, shard.param, fields, step);
-    }
-  }
+  load_model(*reader, root, shards);
+  if (optimizer) load_optimizer(*reader, *optimizer, shards);
   return LoadResult{reader->step(), reader->extras(), reader->saved_world_size()};
 }
 

@@ -40,7 +40,7 @@ StateDict full_state_dict(const UnitModule& root, const FullStateDictOptions& op
             accounting);
       }
     }
-    accounting.buffer_freed(detail::tensor_bytes(flat));
+    accounting.buffer_freed(static_cast<int64_t>(flat.nbytes()));
     flat = at::Tensor();  // the next unit's buffer replaces it, not joins it
   }
   if (keep) {  // ignored parameters are whole on every rank

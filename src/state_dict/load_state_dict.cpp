@@ -9,13 +9,13 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <nlohmann/json.hpp>
 
 #include <set>
 #include <sstream>
 
 #include "fsdp/introspection.h"
 #include "fsdp/state_dict.h"
+#include "state_dict/load_decision.h"
 #include "state_dict/unit_gather.h"
 
 namespace fsdp {
@@ -89,30 +89,14 @@ LoadStateDictResult load_full_state_dict(UnitModule& root, const StateDict& stat
   const std::vector<Target> targets = targets_of(root);
   const bool rank0_only = options.rank0_only() && world.size() > 1;
 
-  LoadStateDictResult result;
-  std::vector<bool> loads;
-  if (!rank0_only) {
-    loads = check_dict(targets, state_dict, &result);
-  } else {
-    nlohmann::json verdict;
-    if (world.rank() == 0) {
-      loads = check_dict(targets, state_dict, &result);
-      verdict = {{"loads", loads}, {"missing", result.missing},
-                 {"unexpected", result.unexpected}, {"mismatched", result.mismatched}};
-    }
-    verdict = nlohmann::json::parse(detail::from_rank0(world, verdict.dump()));
-    loads = verdict["loads"].get<std::vector<bool>>();
-    TORCH_CHECK(loads.size() == targets.size(), "fsdp: load_full_state_dict: rank 0's model has ",
-                loads.size(), " parameters and buffers, rank ", world.rank(), "'s has ",
-                targets.size(), "; every rank must load into the same model");
-    result.missing = verdict["missing"].get<std::vector<std::string>>();
-    result.unexpected = verdict["unexpected"].get<std::vector<std::string>>();
-    result.mismatched = verdict["mismatched"].get<std::vector<std::string>>();
-  }
-  if (options.strict()) {
-    const std::string problems = detail::load_problems("load_full_state_dict", result);
-    TORCH_CHECK(problems.empty(), problems);
-  }
+  // See [Note: one decision per load] in load_decision.h.
+  const detail::LoadDecision decision = detail::agree_on_load(
+      world, "load_full_state_dict", options, targets.size(), "parameters and buffers", [&] {
+        detail::LoadDecision mine;
+        mine.plan = check_dict(targets, state_dict, &mine.problems);
+        return mine;
+      });
+  const auto loads = decision.plan.get<std::vector<bool>>();
 
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -130,7 +114,7 @@ LoadStateDictResult load_full_state_dict(UnitModule& root, const StateDict& stat
     world.broadcast(full, 0)->wait();
     copy_slice(t, full);
   }
-  return result;
+  return decision.problems;
 }
 
 }  // namespace fsdp

@@ -1,6 +1,7 @@
 #include "state_dict/optimizer_fields.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/Optional.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
@@ -15,6 +16,26 @@ namespace fsdp::detail {
 namespace {
 
 constexpr const char* kSupported = "supported are torch::optim::Adam, AdamW and SGD";
+
+// The optimizers whose state libfsdp can read and create.
+enum class SupportedOptimizer { kAdam, kAdamW, kSgd };
+
+// The one place that tells the supported optimizers apart; nullopt for any other.
+c10::optional<SupportedOptimizer> supported_kind(const torch::optim::Optimizer& optimizer) {
+  // AdamW is not derived from Adam, so the order does not matter.
+  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) return SupportedOptimizer::kAdamW;
+  if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return SupportedOptimizer::kAdam;
+  if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return SupportedOptimizer::kSgd;
+  return c10::nullopt;
+}
+
+// The per-parameter state of a supported optimizer, as its own class.
+template <class State>
+const State& state_as(const torch::optim::OptimizerParamState& state) {
+  const auto* typed = dynamic_cast<const State*>(&state);
+  TORCH_INTERNAL_ASSERT(typed, "optimizer state of an unexpected class for its optimizer");
+  return *typed;
+}
 
 at::Tensor field(const std::map<std::string, at::Tensor>& tensors, const char* name) {
   auto it = tensors.find(name);
@@ -39,6 +60,12 @@ std::unique_ptr<State> make_adam(const std::map<std::string, at::Tensor>& tensor
   return s;
 }
 
+std::unique_ptr<torch::optim::SGDParamState> make_sgd(const std::map<std::string, at::Tensor>& tensors) {
+  auto s = std::make_unique<torch::optim::SGDParamState>();
+  s->momentum_buffer(field(tensors, "momentum_buffer"));
+  return s;
+}
+
 }  // namespace
 
 const std::vector<std::string>& optimizer_tensor_fields() {
@@ -48,10 +75,7 @@ const std::vector<std::string>& optimizer_tensor_fields() {
 }
 
 void check_supported_optimizer(const torch::optim::Optimizer& optimizer, const char* what) {
-  TORCH_CHECK(dynamic_cast<const torch::optim::AdamW*>(&optimizer) ||
-                  dynamic_cast<const torch::optim::Adam*>(&optimizer) ||
-                  dynamic_cast<const torch::optim::SGD*>(&optimizer),
-              "fsdp: ", what, " does not support this optimizer; ", kSupported);
+  TORCH_CHECK(supported_kind(optimizer), "fsdp: ", what, " does not support this optimizer; ", kSupported);
 }
 
 bool read_optimizer_state(const torch::optim::Optimizer& optimizer, const at::Tensor& param,
@@ -59,34 +83,40 @@ bool read_optimizer_state(const torch::optim::Optimizer& optimizer, const at::Te
   const auto& state = optimizer.state();
   auto it = state.find(compat::optimizer_state_key(state, param));
   if (it == state.end()) return false;
-  const auto* base = it->second.get();
+  const auto kind = supported_kind(optimizer);
+  TORCH_CHECK(kind, "fsdp: cannot read the state of this optimizer; ", kSupported);
+  const torch::optim::OptimizerParamState& base = *it->second;
   *out = OptimizerFields{};
-  if (const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(base)) {
-    read_adam(*s, out);
-  } else if (const auto* s = dynamic_cast<const torch::optim::AdamParamState*>(base)) {
-    read_adam(*s, out);
-  } else if (const auto* s = dynamic_cast<const torch::optim::SGDParamState*>(base)) {
-    out->tensors = {{"momentum_buffer", s->momentum_buffer()}};
-  } else {
-    TORCH_CHECK(false, "fsdp: cannot read the state of this optimizer; ", kSupported);
+  switch (*kind) {
+    case SupportedOptimizer::kAdamW:
+      read_adam(state_as<torch::optim::AdamWParamState>(base), out);
+      break;
+    case SupportedOptimizer::kAdam:
+      read_adam(state_as<torch::optim::AdamParamState>(base), out);
+      break;
+    case SupportedOptimizer::kSgd:
+      out->tensors = {{"momentum_buffer", state_as<torch::optim::SGDParamState>(base).momentum_buffer()}};
+      break;
   }
   return true;
 }
 
 void install_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
                              const std::map<std::string, at::Tensor>& tensors, int64_t step) {
+  const auto kind = supported_kind(optimizer);
+  TORCH_CHECK(kind, "fsdp: cannot load optimizer state into this optimizer; ", kSupported);
   auto& state = optimizer.state();
   const auto key = compat::optimizer_state_key(state, param);
-  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
-    state[key] = make_adam<torch::optim::AdamWParamState>(tensors, step);
-  } else if (dynamic_cast<torch::optim::Adam*>(&optimizer)) {
-    state[key] = make_adam<torch::optim::AdamParamState>(tensors, step);
-  } else if (dynamic_cast<torch::optim::SGD*>(&optimizer)) {
-    auto s = std::make_unique<torch::optim::SGDParamState>();
-    s->momentum_buffer(field(tensors, "momentum_buffer"));
-    state[key] = std::move(s);
-  } else {
-    TORCH_CHECK(false, "fsdp: cannot load optimizer state into this optimizer; ", kSupported);
+  switch (*kind) {
+    case SupportedOptimizer::kAdamW:
+      state[key] = make_adam<torch::optim::AdamWParamState>(tensors, step);
+      break;
+    case SupportedOptimizer::kAdam:
+      state[key] = make_adam<torch::optim::AdamParamState>(tensors, step);
+      break;
+    case SupportedOptimizer::kSgd:
+      state[key] = make_sgd(tensors);
+      break;
   }
 }
 

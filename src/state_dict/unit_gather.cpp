@@ -3,7 +3,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <sstream>
 
 namespace fsdp::detail {
 
@@ -57,7 +56,7 @@ at::Tensor gather_unit_flat(const FlatParamGroup& group, const at::Tensor& local
   const at::Device device = comm_device(shard_group);
   at::Tensor input = local.to(device).contiguous();
   at::Tensor output = at::empty({layout.padded_numel()}, input.options());
-  accounting.buffer_alive(tensor_bytes(output));
+  accounting.buffer_alive(static_cast<int64_t>(output.nbytes()));
   shard_group.all_gather(output, input)->wait();
   return output;
 }
@@ -65,30 +64,13 @@ at::Tensor gather_unit_flat(const FlatParamGroup& group, const at::Tensor& local
 at::Tensor keep_copy(const at::Tensor& value, bool to_cpu, GatherAccounting& accounting) {
   at::Tensor copy = to_cpu ? value.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
                            : value.clone(at::MemoryFormat::Contiguous);
-  accounting.output_kept(tensor_bytes(copy));
+  accounting.output_kept(static_cast<int64_t>(copy.nbytes()));
   return copy;
 }
 
 std::string from_rank0(ProcessGroup& world, const std::string& mine) {
   if (world.size() == 1) return mine;
   return all_gather_strings(world, world.rank() == 0 ? mine : std::string()).front();
-}
-
-std::string load_problems(const char* api, const LoadStateDictResult& result) {
-  const size_t count = result.missing.size() + result.unexpected.size() + result.mismatched.size();
-  if (count == 0) return "";
-  std::ostringstream out;
-  out << "fsdp: " << api << " (strict) found " << count << " problem(s):";
-  auto list = [&out](const char* what, const std::vector<std::string>& names) {
-    if (names.empty()) return;
-    out << "\n  " << what << " (" << names.size() << "):";
-    for (const auto& name : names) out << "\n    " << name;
-  };
-  list("missing from the state dict", result.missing);
-  list("unexpected (not in the model)", result.unexpected);
-  list("shape mismatch", result.mismatched);
-  out << "\nPass LoadStateDictOptions().strict(false) to load the tensors that match.";
-  return out.str();
 }
 
 }  // namespace fsdp::detail

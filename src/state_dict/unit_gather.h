@@ -1,7 +1,8 @@
 #pragma once
-// The pieces every state dict call shares: finding the model's units,
-// gathering one unit's flat shard-sized buffer at a time, and counting the
-// bytes that are alive. Internal to src/state_dict.
+// The pieces the state dict calls share: the root state checked to be idle,
+// gathering one unit's padded flat buffer at a time, the copies kept as
+// output, the count of bytes alive (StateDictStats), and rank 0's word sent
+// to every rank. Internal to src/state_dict.
 //
 // [Note: full state dict memory]
 // A full state dict must not need the whole model on top of the output:
@@ -60,13 +61,5 @@ at::Tensor keep_copy(const at::Tensor& value, bool to_cpu, GatherAccounting& acc
 
 // Rank 0's `mine` on every rank (a small control-plane exchange). Collective.
 std::string from_rank0(ProcessGroup& world, const std::string& mine);
-
-// "fsdp: <api> (strict) found N problem(s): ..." listing every name, or ""
-// when `result` holds none.
-std::string load_problems(const char* api, const LoadStateDictResult& result);
-
-inline int64_t tensor_bytes(const at::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
 
 }  // namespace fsdp::detail

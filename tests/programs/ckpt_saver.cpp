@@ -10,15 +10,16 @@
 // commit protocol must survive.
 
 #include <ATen/ATen.h>
-#include <c10/util/Exception.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "checkpoint/save_hook.h"
 #include "fsdp/checkpoint/save.h"
 #include "fsdp/comm/process_group.h"
+#include "fsdp/error_message.h"
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -63,10 +64,8 @@ int main(int argc, char** argv) {
     fsdp::ckpt::save(*group, dir, pieces, options);
     std::printf("rank %d saved %s at step %lld\n", rank, dir.c_str(), static_cast<long long>(step));
     return 0;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "ckpt_saver: %s\n", e.what_without_backtrace());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ckpt_saver: %s\n", e.what());
+    std::fprintf(stderr, "ckpt_saver: %s\n", fsdp::error_message(e).c_str());
   }
   return 1;
 }

@@ -11,8 +11,9 @@
 //   bytes [8+N, EOF)     the data: tensor bytes, little-endian, C order, at
 //                        [8+N+begin, 8+N+end). Entries are contiguous and in file order.
 //
-// The distributed checkpoint writes one such file per rank (see rank_file.h);
-// `fsdp-ckpt consolidate` writes a standard single file with this writer.
+// The distributed checkpoint writes one such file per rank, and `fsdp-ckpt
+// consolidate` a standard single file, with the streaming writer in
+// src/checkpoint/safetensors_writer.h.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
@@ -22,10 +23,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-namespace fsdp::ckpt {
-class OutputFile;
-}
 
 namespace fsdp::ckpt::safetensors {
 
@@ -53,46 +50,6 @@ struct Header {
 // JSON is an object, offsets are in range, consistent with dtype and shape, and
 // do not overlap. Throws c10::Error naming the file and the problem.
 Header read_header(const std::string& path);
-
-// Serializes a header for `entries` (whose begin/end must already be laid out)
-// into the 8-byte length plus JSON padded to a multiple of 8 bytes.
-std::string encode_header(const std::vector<Entry>& entries,
-                          const std::map<std::string, std::string>& metadata);
-
-// A streaming writer: all entries are declared up front (key, dtype, shape),
-// the header is written at once, then each entry's bytes are written in
-// declaration order with write_next(). This keeps memory bounded by one
-// tensor when writing a file far larger than memory.
-class Writer {
- public:
-  struct Declared {
-    std::string key;
-    at::ScalarType dtype;
-    std::vector<int64_t> shape;
-  };
-  // Writes the header into `out` (which must be positioned at offset 0).
-  Writer(OutputFile& out, const std::vector<Declared>& entries,
-         const std::map<std::string, std::string>& metadata);
-
-  // Writes the next declared entry. `tensor` must have the declared dtype and
-  // numel; it may live on any device and be non-contiguous. Returns the
-  // absolute file offset its bytes start at.
-  int64_t write_next(const at::Tensor& tensor);
-  // Writes the next declared entry from raw bytes (exactly its byte length).
-  int64_t write_next_bytes(const void* data, int64_t nbytes);
-
-  // Checks every declared entry was written.
-  void finish();
-
-  const std::vector<Entry>& entries() const { return entries_; }
-  int64_t data_start() const { return data_start_; }
-
- private:
-  OutputFile& out_;
-  std::vector<Entry> entries_;
-  int64_t data_start_ = 0;
-  size_t next_ = 0;
-};
 
 // Convenience: writes `tensors` (in order) to `path` atomically (temp file,
 // fsync, rename). Fails if `path` exists unless `overwrite`.

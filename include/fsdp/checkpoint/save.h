@@ -12,7 +12,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -67,15 +66,5 @@ void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorP
 // protocol. For tools, tests and single-process programs.
 void save_local(const std::string& dir, const std::vector<std::vector<TensorPiece>>& pieces_by_rank,
                 const SaveOptions& options = {});
-
-namespace testing {
-// Fault injection for tests: called on each rank at each phase of save(),
-// with the path about to be (or just) written. A hook that throws makes that
-// rank's save fail as an I/O error would; one that raises SIGKILL simulates
-// a crash. Process-wide; pass nullptr to remove.
-enum class SavePhase { kBeforeDataFile, kAfterDataFile, kBeforeIndex };
-using SaveHook = std::function<void(int rank, SavePhase phase, const std::string& path)>;
-void set_save_hook(SaveHook hook);
-}  // namespace testing
 
 }  // namespace fsdp::ckpt

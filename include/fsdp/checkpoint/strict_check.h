@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/state_dict.h"
+
 namespace fsdp::ckpt {
 
 class Reader;
@@ -23,15 +25,9 @@ struct ExpectedTensor {
   at::ScalarType dtype = at::kFloat;
 };
 
-struct KeyCheck {
-  std::vector<std::string> missing;     // expected, not in the checkpoint
-  std::vector<std::string> unexpected;  // in the checkpoint, not expected
-  std::vector<std::string> mismatched;  // "name: checkpoint has [4, 3] Float, expected [3, 4] Float"
-
-  bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
-  // A multi-line description of every problem; empty when ok().
-  std::string message(const std::string& source) const;
-};
+// The same report as a state dict load's; mismatched entries read
+// "name: checkpoint has [4, 3] Float, model expects [3, 4] Float".
+using KeyCheck = KeyMismatches;
 
 KeyCheck compare_keys(const Reader& reader, const std::map<std::string, ExpectedTensor>& expected);
 

@@ -2,15 +2,18 @@
 // Saving and loading a sharded model and its optimizer: the bridge between
 // fully_shard's shards and the distributed checkpoint format.
 //
-//   fsdp::ckpt::save_training_state(*world, "runs/x/step_100", *model, opt,
-//                                   {.step = 100, .extras = {...}});
+//   fsdp::ckpt::SaveOptions options;
+//   options.step = 100;
+//   options.extras = {{"data_position", 12800}};
+//   fsdp::ckpt::save_training_state(*world, "runs/x/step_100", *model, &opt, options);
 //   auto info = fsdp::ckpt::load_training_state(*world, "runs/x/step_100",
-//                                               *model, opt);
+//                                               *model, &opt);
 //
 // Each parameter is stored under its original name at its full shape; each
 // rank writes the flat range it holds. Optimizer state is stored under
-// "optim/<param name>/<field>" (AdamW/Adam: exp_avg, exp_avg_sq, step; SGD:
-// momentum_buffer), sharded exactly like its parameter. Buffers are written
+// "optim/<param name>/<field>" (AdamW/Adam: exp_avg, exp_avg_sq,
+// max_exp_avg_sq with amsgrad, step; SGD: momentum_buffer), sharded exactly
+// like its parameter. Buffers are written
 // once, by rank 0. Loading works at any world size: each rank reads only the
 // ranges its shards cover.
 

@@ -2,7 +2,8 @@
 // Durable file output for checkpoints: plain POSIX files with every error
 // turned into a c10::Error that names the path and strerror, and the
 // write-to-temp + fsync + rename pattern that makes a file appear whole or not
-// at all. See [Note: checkpoint commit protocol] in src/checkpoint/save.cpp.
+// at all. See [Note: checkpoint commit protocol] in save.cpp. Internal to
+// src/checkpoint (and its tests).
 
 #include <cstdint>
 #include <memory>

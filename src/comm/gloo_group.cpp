@@ -7,6 +7,7 @@
 
 #include "comm/backends.h"
 #include "comm/collective_checks.h"
+#include "fsdp/error_message.h"
 
 namespace fsdp::comm {
 namespace {
@@ -78,7 +79,7 @@ GlooGroup::GlooGroup(c10::intrusive_ptr<c10d::Store> store, std::string key_pref
         c10::make_intrusive<c10d::PrefixStore>(key_prefix_, store_), rank_, size_, gloo_options);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "fsdp: creating Gloo group '", options_.name, "' (rank ", rank_, " of ",
-                size_, ") failed: ", e.what(), "\nCheck that all ", size_,
+                size_, ") failed: ", error_message(e), "\nCheck that all ", size_,
                 " ranks started, use the same store (MASTER_ADDR/MASTER_PORT), and joined "
                 "within the timeout (", options_.timeout.count(), " ms)");
   }

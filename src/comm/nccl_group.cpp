@@ -19,6 +19,7 @@
 
 #include "comm/collective_checks.h"
 #include "compat.h"
+#include "fsdp/error_message.h"
 
 namespace fsdp::comm {
 namespace {
@@ -45,7 +46,7 @@ class NcclWork final : public Work {
     try {
       work_->wait();
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "fsdp: ", what_, " failed: ", e.what());
+      TORCH_CHECK(false, "fsdp: ", what_, " failed: ", error_message(e));
     }
   }
   bool is_completed() const override { return work_->isCompleted(); }
@@ -83,7 +84,7 @@ class NcclGroup final : public ProcessGroup {
     try {
       compat::shutdown_nccl(*nccl_);
     } catch (const std::exception& e) {
-      TORCH_WARN("fsdp: shutting down NCCL group '", options_.name, "' failed: ", e.what());
+      TORCH_WARN("fsdp: shutting down NCCL group '", options_.name, "' failed: ", error_message(e));
     }
   }
 
@@ -183,7 +184,7 @@ ProcessGroupPtr make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
                                        std::move(global_ranks));
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "fsdp: creating NCCL group '", options.name, "' (rank ", rank, " of ", size,
-                ") failed: ", e.what());
+                ") failed: ", error_message(e));
   }
 }
 

@@ -127,7 +127,7 @@ WorkPtr GlooGroup::all_gather(const at::Tensor& output, const at::Tensor& input)
     if (chunks[rank_].data_ptr() != in.data_ptr()) chunks[rank_].copy_(in);
     if (size_ == 1) return;
     auto p = peers();
-    ring_all_gather(p, chunks, take_tags(ring_tags_needed(p, nbytes(in))));
+    ring_all_gather(p, chunks, take_tags(ring_tags_needed(p, chunks)));
   });
 }
 
@@ -145,7 +145,7 @@ WorkPtr GlooGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& in
       auto p = peers();
       ring_reduce_scatter(p, chunks, scratch(input.scalar_type(), ring_scratch_numel(p, chunks)),
                           op == ReduceOp::kAvg ? ReduceOp::kSum : op,
-                          take_tags(ring_tags_needed(p, nbytes(out))), out);
+                          take_tags(ring_tags_needed(p, chunks)), out);
     }
     // Average = sum, then one division by the group size.
     if (op == ReduceOp::kAvg) out.div_(size_);
@@ -157,11 +157,9 @@ void GlooGroup::ring_all_reduce(const at::Tensor& flat, ReduceOp op) {
   // what Gloo's native ring moves too.
   const auto chunks = balanced_chunks(flat, size_);
   auto p = peers();
-  int64_t max_bytes = 0;
-  for (const auto& c : chunks) max_bytes = std::max(max_bytes, nbytes(c));
   ring_reduce_scatter(p, chunks, scratch(flat.scalar_type(), ring_scratch_numel(p, chunks)), op,
-                      take_tags(ring_tags_needed(p, max_bytes)));
-  ring_all_gather(p, chunks, take_tags(ring_tags_needed(p, max_bytes)));
+                      take_tags(ring_tags_needed(p, chunks)));
+  ring_all_gather(p, chunks, take_tags(ring_tags_needed(p, chunks)));
 }
 
 WorkPtr GlooGroup::all_reduce(const at::Tensor& tensor, ReduceOp op) {

@@ -45,15 +45,6 @@ bool gloo_reduces_natively(at::ScalarType t) {
   }
 }
 
-c10d::ReduceOp to_c10d(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: case ReduceOp::kAvg: return c10d::ReduceOp::SUM;
-    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
-    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
-  }
-  TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
-}
-
 // The c10d Gloo backend of one rank, once every peer joined through `store`.
 c10::intrusive_ptr<c10d::ProcessGroupGloo> join_gloo_peers(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -23,16 +23,6 @@ namespace {
 
 constexpr auto kCuda = c10::DeviceType::CUDA;
 
-c10d::ReduceOp to_c10d(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
-    case ReduceOp::kAvg: return c10d::ReduceOp::AVG;
-    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
-    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
-  }
-  TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
-}
-
 class NcclWork final : public Work {
  public:
   NcclWork(c10::intrusive_ptr<c10d::Work> work, std::string what)

@@ -80,4 +80,14 @@ void StoreBackedGroup::count_broadcast(const at::Tensor& tensor, int root) {
 
 void StoreBackedGroup::count_barrier() { count(&CommCounters::barrier, 0); }
 
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kAvg: return c10d::ReduceOp::AVG;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
+}
+
 }  // namespace fsdp::comm

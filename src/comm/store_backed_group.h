@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <mutex>
 #include <string>
@@ -64,5 +65,9 @@ class StoreBackedGroup : public ProcessGroup {
   mutable std::mutex counters_mu_;
   CommCounters counters_;
 };
+
+// The c10d reduction for `op`. Gloo has no AVG: GlooGroup sums, then divides
+// by the group size itself, so only NCCL is ever handed kAvg.
+c10d::ReduceOp to_c10d(ReduceOp op);
 
 }  // namespace fsdp::comm

@@ -1,12 +1,12 @@
 #include "comm/gloo_group.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
 
 #include "comm/backends.h"
 #include "comm/collective_checks.h"
+#include "fsdp/error_message.h"
 
 namespace fsdp::comm {
 namespace {
@@ -45,60 +45,38 @@ bool gloo_reduces_natively(at::ScalarType t) {
   }
 }
 
-c10d::ReduceOp to_c10d(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: case ReduceOp::kAvg: return c10d::ReduceOp::SUM;
-    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
-    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+// The c10d Gloo backend of one rank, once every peer joined through `store`.
+c10::intrusive_ptr<c10d::ProcessGroupGloo> join_gloo_peers(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    const GroupOptions& options) {
+  try {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    gloo_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
+    gloo_options->threads = 1;  // our worker runs one collective at a time anyway
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo_options);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "fsdp: creating Gloo group '", options.name, "' (rank ", rank, " of ",
+                size, ") failed: ", error_message(e), "\nCheck that all ", size,
+                " ranks started, use the same store (MASTER_ADDR/MASTER_PORT), and joined "
+                "within the timeout (", options.timeout.count(), " ms)");
   }
-  TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
 }
-
-int64_t nbytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
 
 }  // namespace
 
 GlooGroup::GlooGroup(c10::intrusive_ptr<c10d::Store> store, std::string key_prefix, int rank,
                      int size, GroupOptions options, std::vector<int> global_ranks)
-    : store_(std::move(store)),
-      key_prefix_(std::move(key_prefix)),
-      rank_(rank),
-      size_(size),
-      options_(std::move(options)),
-      global_ranks_(std::move(global_ranks)) {
-  TORCH_CHECK(size_ >= 1 && rank_ >= 0 && rank_ < size_, "fsdp: cannot create group '",
-              options_.name, "': rank ", rank_, " is not in [0, ", size_, ")");
-  if (size_ == 1) return;  // a group of one talks to no one
-  try {
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
-    gloo_options->devices.push_back(
-        c10d::ProcessGroupGloo::createDeviceForHostname(options_.hostname));
-    gloo_options->threads = 1;  // our worker runs one collective at a time anyway
-    gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        c10::make_intrusive<c10d::PrefixStore>(key_prefix_, store_), rank_, size_, gloo_options);
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "fsdp: creating Gloo group '", options_.name, "' (rank ", rank_, " of ",
-                size_, ") failed: ", e.what(), "\nCheck that all ", size_,
-                " ranks started, use the same store (MASTER_ADDR/MASTER_PORT), and joined "
-                "within the timeout (", options_.timeout.count(), " ms)");
-  }
+    : StoreBackedGroup(&make_gloo_group, std::move(store), std::move(key_prefix), rank, size,
+                       std::move(options), std::move(global_ranks)) {
+  // A group of one talks to no one. (`options` has moved into the base.)
+  if (size > 1) gloo_ = join_gloo_peers(rendezvous_store(), rank, size, this->options());
 }
 
 GlooGroup::~GlooGroup() = default;
 
-void GlooGroup::count(int64_t CommCounters::*op, int64_t bytes_sent) {
-  std::lock_guard<std::mutex> lock(counters_mu_);
-  ++(counters_.*op);
-  counters_.bytes_sent += bytes_sent;
-}
-
-CommCounters GlooGroup::counters() const {
-  std::lock_guard<std::mutex> lock(counters_mu_);
-  return counters_;
-}
-
 RingPeers GlooGroup::peers() {
-  return RingPeers{*gloo_, rank_, size_, options_.timeout, options_.ring_segment_bytes};
+  return RingPeers{*gloo_, rank(), size(), options().timeout, options().ring_segment_bytes};
 }
 
 int GlooGroup::take_tags(int count) {
@@ -118,109 +96,90 @@ at::Tensor GlooGroup::scratch(at::ScalarType dtype, int64_t numel) {
 
 WorkPtr GlooGroup::all_gather(const at::Tensor& output, const at::Tensor& input) {
   check_all_gather_args(*this, output, input, kCpu);
-  count(&CommCounters::all_gather, (size_ - 1) * nbytes(input));
+  count_all_gather(input);
   return queue_.enqueue(describe_op(*this, "all_gather"), [this, output, input] {
     const at::Tensor in = input.reshape({-1});
     if (in.numel() == 0) return;
-    const auto chunks = even_chunks(output.reshape({-1}), size_);
-    if (chunks[rank_].data_ptr() != in.data_ptr()) chunks[rank_].copy_(in);
-    if (size_ == 1) return;
+    const auto chunks = even_chunks(output.reshape({-1}), size());
+    if (chunks[rank()].data_ptr() != in.data_ptr()) chunks[rank()].copy_(in);
+    if (size() == 1) return;
     auto p = peers();
-    ring_all_gather(p, chunks, take_tags(ring_tags_needed(p, nbytes(in))));
+    ring_all_gather(p, chunks, take_tags(ring_tags_needed(p, chunks)));
   });
 }
 
 WorkPtr GlooGroup::reduce_scatter(const at::Tensor& output, const at::Tensor& input,
                                   ReduceOp op) {
   check_reduce_scatter_args(*this, output, input, op, kCpu);
-  count(&CommCounters::reduce_scatter, (size_ - 1) * nbytes(output));
+  count_reduce_scatter(output);
   return queue_.enqueue(describe_op(*this, "reduce_scatter"), [this, output, input, op] {
     const at::Tensor out = output.reshape({-1});
     if (out.numel() == 0) return;
-    const auto chunks = even_chunks(input.reshape({-1}), size_);
-    if (size_ == 1) {
+    const auto chunks = even_chunks(input.reshape({-1}), size());
+    if (size() == 1) {
       out.copy_(chunks[0]);
     } else {
       auto p = peers();
       ring_reduce_scatter(p, chunks, scratch(input.scalar_type(), ring_scratch_numel(p, chunks)),
                           op == ReduceOp::kAvg ? ReduceOp::kSum : op,
-                          take_tags(ring_tags_needed(p, nbytes(out))), out);
+                          take_tags(ring_tags_needed(p, chunks)), out);
     }
     // Average = sum, then one division by the group size.
-    if (op == ReduceOp::kAvg) out.div_(size_);
+    if (op == ReduceOp::kAvg) out.div_(size());
   });
 }
 
 void GlooGroup::ring_all_reduce(const at::Tensor& flat, ReduceOp op) {
   // Reduce-scatter then all-gather over the same n chunks: 2(n-1)/n per rank,
   // what Gloo's native ring moves too.
-  const auto chunks = balanced_chunks(flat, size_);
+  const auto chunks = balanced_chunks(flat, size());
   auto p = peers();
-  int64_t max_bytes = 0;
-  for (const auto& c : chunks) max_bytes = std::max(max_bytes, nbytes(c));
   ring_reduce_scatter(p, chunks, scratch(flat.scalar_type(), ring_scratch_numel(p, chunks)), op,
-                      take_tags(ring_tags_needed(p, max_bytes)));
-  ring_all_gather(p, chunks, take_tags(ring_tags_needed(p, max_bytes)));
+                      take_tags(ring_tags_needed(p, chunks)));
+  ring_all_gather(p, chunks, take_tags(ring_tags_needed(p, chunks)));
 }
 
 WorkPtr GlooGroup::all_reduce(const at::Tensor& tensor, ReduceOp op) {
   check_all_reduce_args(*this, tensor, op, kCpu);
-  count(&CommCounters::all_reduce, 2 * (size_ - 1) * nbytes(tensor) / size_);
+  count_all_reduce(tensor);
   return queue_.enqueue(describe_op(*this, "all_reduce"), [this, tensor, op] {
-    if (size_ == 1 || tensor.numel() == 0) return;
+    if (size() == 1 || tensor.numel() == 0) return;
     const ReduceOp reduce = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
     if (gloo_reduces_natively(tensor.scalar_type())) {
       std::vector<at::Tensor> tensors{tensor};
       c10d::AllreduceOptions opts;
       opts.reduceOp = to_c10d(reduce);
-      opts.timeout = options_.timeout;
+      opts.timeout = options().timeout;
       gloo_->allreduce(tensors, opts)->wait();
     } else {
       ring_all_reduce(tensor.reshape({-1}), reduce);
     }
-    if (op == ReduceOp::kAvg) tensor.div_(size_);
+    if (op == ReduceOp::kAvg) tensor.div_(size());
   });
 }
 
 WorkPtr GlooGroup::broadcast(const at::Tensor& tensor, int root) {
   check_broadcast_args(*this, tensor, root, kCpu);
-  // Counted as the root sending the payload to each peer.
-  count(&CommCounters::broadcast, rank_ == root ? (size_ - 1) * nbytes(tensor) : 0);
+  count_broadcast(tensor, root);
   return queue_.enqueue(describe_op(*this, "broadcast"), [this, tensor, root] {
-    if (size_ == 1 || tensor.numel() == 0) return;
+    if (size() == 1 || tensor.numel() == 0) return;
     // Broadcast copies bytes, so any dtype goes through as kByte.
     std::vector<at::Tensor> tensors{tensor.reshape({-1}).view(at::kByte)};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
-    opts.timeout = options_.timeout;
+    opts.timeout = options().timeout;
     gloo_->broadcast(tensors, opts)->wait();
   });
 }
 
 WorkPtr GlooGroup::barrier() {
-  count(&CommCounters::barrier, 0);
+  count_barrier();
   return queue_.enqueue(describe_op(*this, "barrier"), [this] {
-    if (size_ == 1) return;
+    if (size() == 1) return;
     c10d::BarrierOptions opts;
-    opts.timeout = options_.timeout;
+    opts.timeout = options().timeout;
     gloo_->barrier(opts)->wait();
   });
-}
-
-std::shared_ptr<ProcessGroup> GlooGroup::new_subgroup(const std::vector<int>& ranks,
-                                                      const std::string& name) {
-  check_subgroup_ranks(*this, ranks);
-  // Every member calls this in the same order, so the counter names the same
-  // rendezvous namespace on every rank, members or not.
-  const std::string prefix = key_prefix_ + "/sub" + std::to_string(subgroups_created_++);
-  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
-  if (me == ranks.end()) return nullptr;
-  std::vector<int> globals;
-  for (int r : ranks) globals.push_back(global_ranks_[r]);
-  GroupOptions sub_options = options_;
-  sub_options.name = name;
-  return make_gloo_group(store_, prefix, static_cast<int>(me - ranks.begin()),
-                         static_cast<int>(ranks.size()), sub_options, std::move(globals));
 }
 
 ProcessGroupPtr make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store,

@@ -11,31 +11,17 @@
 
 #if defined(FSDP_WITH_NCCL)
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-
-#include <algorithm>
 #include <cstdlib>
-#include <mutex>
 
 #include "comm/collective_checks.h"
+#include "comm/store_backed_group.h"
 #include "compat.h"
+#include "fsdp/error_message.h"
 
 namespace fsdp::comm {
 namespace {
 
 constexpr auto kCuda = c10::DeviceType::CUDA;
-
-int64_t nbytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
-
-c10d::ReduceOp to_c10d(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
-    case ReduceOp::kAvg: return c10d::ReduceOp::AVG;
-    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
-    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
-  }
-  TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
-}
 
 class NcclWork final : public Work {
  public:
@@ -45,7 +31,7 @@ class NcclWork final : public Work {
     try {
       work_->wait();
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "fsdp: ", what_, " failed: ", e.what());
+      TORCH_CHECK(false, "fsdp: ", what_, " failed: ", error_message(e));
     }
   }
   bool is_completed() const override { return work_->isCompleted(); }
@@ -55,16 +41,12 @@ class NcclWork final : public Work {
   std::string what_;
 };
 
-class NcclGroup final : public ProcessGroup {
+class NcclGroup final : public StoreBackedGroup {
  public:
   NcclGroup(c10::intrusive_ptr<c10d::Store> store, std::string key_prefix, int rank, int size,
             GroupOptions options, std::vector<int> global_ranks)
-      : store_(std::move(store)),
-        key_prefix_(std::move(key_prefix)),
-        rank_(rank),
-        size_(size),
-        options_(std::move(options)),
-        global_ranks_(std::move(global_ranks)) {
+      : StoreBackedGroup(&make_nccl_group, std::move(store), std::move(key_prefix), rank, size,
+                         std::move(options), std::move(global_ranks)) {
     // By default ProcessGroupNCCL calls record_stream on every tensor it is
     // given, so a freed buffer is not reused until the NCCL stream has also
     // finished the collectives queued after it: gathered units then hold
@@ -74,27 +56,23 @@ class NcclGroup final : public ProcessGroup {
     // value the user set is left alone. Read by the constructor below.
     setenv("TORCH_NCCL_AVOID_RECORD_STREAMS", "1", /*overwrite=*/0);
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-    nccl_options->timeout = options_.timeout;
-    nccl_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
-        c10::make_intrusive<c10d::PrefixStore>(key_prefix_, store_), rank_, size_, nccl_options);
+    nccl_options->timeout = this->options().timeout;  // `options` has moved into the base
+    nccl_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(rendezvous_store(), rank, size,
+                                                        nccl_options);
   }
 
   ~NcclGroup() override {
     try {
       compat::shutdown_nccl(*nccl_);
     } catch (const std::exception& e) {
-      TORCH_WARN("fsdp: shutting down NCCL group '", options_.name, "' failed: ", e.what());
+      TORCH_WARN("fsdp: shutting down NCCL group '", options().name,
+                 "' failed: ", error_message(e));
     }
   }
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const GroupOptions& options() const override { return options_; }
-  const std::vector<int>& global_ranks() const override { return global_ranks_; }
-
   WorkPtr all_gather(const at::Tensor& output, const at::Tensor& input) override {
     check_all_gather_args(*this, output, input, kCuda);
-    count(&CommCounters::all_gather, (size_ - 1) * nbytes(input));
+    count_all_gather(input);
     at::Tensor out = output, in = input;
     return wrap(nccl_->_allgather_base(out, in), "all_gather");
   }
@@ -102,7 +80,7 @@ class NcclGroup final : public ProcessGroup {
   WorkPtr reduce_scatter(const at::Tensor& output, const at::Tensor& input,
                          ReduceOp op) override {
     check_reduce_scatter_args(*this, output, input, op, kCuda);
-    count(&CommCounters::reduce_scatter, (size_ - 1) * nbytes(output));
+    count_reduce_scatter(output);
     at::Tensor out = output, in = input;
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = to_c10d(op);
@@ -111,7 +89,7 @@ class NcclGroup final : public ProcessGroup {
 
   WorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op) override {
     check_all_reduce_args(*this, tensor, op, kCuda);
-    count(&CommCounters::all_reduce, 2 * (size_ - 1) * nbytes(tensor) / size_);
+    count_all_reduce(tensor);
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions opts;
     opts.reduceOp = to_c10d(op);
@@ -120,7 +98,7 @@ class NcclGroup final : public ProcessGroup {
 
   WorkPtr broadcast(const at::Tensor& tensor, int root) override {
     check_broadcast_args(*this, tensor, root, kCuda);
-    count(&CommCounters::broadcast, rank_ == root ? (size_ - 1) * nbytes(tensor) : 0);
+    count_broadcast(tensor, root);
     std::vector<at::Tensor> tensors{tensor};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
@@ -128,49 +106,16 @@ class NcclGroup final : public ProcessGroup {
   }
 
   WorkPtr barrier() override {
-    count(&CommCounters::barrier, 0);
+    count_barrier();
     return wrap(nccl_->barrier(), "barrier");
-  }
-
-  std::shared_ptr<ProcessGroup> new_subgroup(const std::vector<int>& ranks,
-                                             const std::string& name) override {
-    check_subgroup_ranks(*this, ranks);
-    const std::string prefix = key_prefix_ + "/sub" + std::to_string(subgroups_created_++);
-    const auto me = std::find(ranks.begin(), ranks.end(), rank_);
-    if (me == ranks.end()) return nullptr;
-    std::vector<int> globals;
-    for (int r : ranks) globals.push_back(global_ranks_[r]);
-    GroupOptions sub_options = options_;
-    sub_options.name = name;
-    return make_nccl_group(store_, prefix, static_cast<int>(me - ranks.begin()),
-                           static_cast<int>(ranks.size()), sub_options, std::move(globals));
-  }
-
-  CommCounters counters() const override {
-    std::lock_guard<std::mutex> lock(counters_mu_);
-    return counters_;
   }
 
  private:
   WorkPtr wrap(c10::intrusive_ptr<c10d::Work> work, const char* op) {
     return std::make_shared<NcclWork>(std::move(work), describe_op(*this, op));
   }
-  void count(int64_t CommCounters::*op, int64_t bytes_sent) {
-    std::lock_guard<std::mutex> lock(counters_mu_);
-    ++(counters_.*op);
-    counters_.bytes_sent += bytes_sent;
-  }
 
-  const c10::intrusive_ptr<c10d::Store> store_;
-  const std::string key_prefix_;
-  const int rank_;
-  const int size_;
-  const GroupOptions options_;
-  const std::vector<int> global_ranks_;
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_;
-  int subgroups_created_ = 0;
-  mutable std::mutex counters_mu_;
-  CommCounters counters_;
 };
 
 }  // namespace
@@ -183,7 +128,7 @@ ProcessGroupPtr make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store,
                                        std::move(global_ranks));
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "fsdp: creating NCCL group '", options.name, "' (rank ", rank, " of ", size,
-                ") failed: ", e.what());
+                ") failed: ", error_message(e));
   }
 }
 

@@ -12,6 +12,7 @@
 #include "comm/backends.h"
 #include "comm/gloo_address.h"
 #include "fsdp/comm/launch_env.h"
+#include "fsdp/error_message.h"
 
 namespace fsdp {
 
@@ -70,7 +71,7 @@ ProcessGroupPtr init_process_group_from_env(GroupOptions options) {
     TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size, " (", env.source,
                 " environment) could not ", env.rank == 0 ? "serve" : "reach",
                 " the rendezvous store at MASTER_ADDR:MASTER_PORT = ", env.master_addr, ":",
-                env.master_port, " within ", options.timeout.count(), " ms: ", e.what());
+                env.master_port, " within ", options.timeout.count(), " ms: ", error_message(e));
   }
   // 127.0.0.1 is unreachable from other hosts. See [Note: the address Gloo binds to].
   options.hostname = comm::gloo_hostname_for_job(options.hostname, env.master_addr,

@@ -12,13 +12,29 @@ constexpr int64_t kMaxSegments = 16;
 
 int64_t max_chunk_bytes(const std::vector<at::Tensor>& chunks) {
   int64_t bytes = 0;
-  for (const auto& c : chunks) bytes = std::max<int64_t>(bytes, c.numel() * c.element_size());
+  for (const auto& c : chunks) bytes = std::max(bytes, static_cast<int64_t>(c.nbytes()));
   return bytes;
 }
 
-int segment_count(const RingPeers& peers, int64_t chunk_bytes) {
+// Segments per ring step. Taken from the largest chunk, which is the same on
+// every rank, so all ranks split every step the same way.
+int segment_count(const RingPeers& peers, const std::vector<at::Tensor>& chunks) {
   const int64_t target = std::max<int64_t>(peers.segment_bytes, 1);
-  return static_cast<int>(std::clamp<int64_t>((chunk_bytes + target - 1) / target, 1, kMaxSegments));
+  const int64_t wanted = (max_chunk_bytes(chunks) + target - 1) / target;
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, kMaxSegments));
+}
+
+int64_t max_chunk_numel(const std::vector<at::Tensor>& chunks) {
+  int64_t numel = 0;
+  for (const auto& c : chunks) numel = std::max(numel, c.numel());
+  return numel;
+}
+
+// Scratch elements for one segment of the largest chunk. The reduce-scatter
+// receives segment j of every step into slot j of its scratch.
+int64_t scratch_slot_numel(const RingPeers& peers, const std::vector<at::Tensor>& chunks) {
+  const int m = segment_count(peers, chunks);
+  return (max_chunk_numel(chunks) + m - 1) / m;
 }
 
 // Segment j of m of a 1-D chunk; empty when the chunk has fewer than m elements.
@@ -69,22 +85,19 @@ void reduce_into(at::Tensor out, const at::Tensor& acc, const at::Tensor& incomi
 
 }  // namespace
 
-int ring_tags_needed(const RingPeers& peers, int64_t chunk_bytes) {
-  return (peers.size - 1) * segment_count(peers, chunk_bytes);
+int ring_tags_needed(const RingPeers& peers, const std::vector<at::Tensor>& chunks) {
+  return (peers.size - 1) * segment_count(peers, chunks);
 }
 
 int64_t ring_scratch_numel(const RingPeers& peers, const std::vector<at::Tensor>& chunks) {
-  int64_t max_numel = 0;
-  for (const auto& c : chunks) max_numel = std::max(max_numel, c.numel());
-  const int m = segment_count(peers, max_chunk_bytes(chunks));
-  return m * ((max_numel + m - 1) / m);
+  return segment_count(peers, chunks) * scratch_slot_numel(peers, chunks);
 }
 
 void ring_all_gather(const RingPeers& peers, const std::vector<at::Tensor>& chunks, int tag) {
   const int n = peers.size;
   const int r = peers.rank;
   if (n == 1) return;
-  const int m = segment_count(peers, max_chunk_bytes(chunks));
+  const int m = segment_count(peers, chunks);
   Transfers io(peers);
   // Every receive has its own place in the output, so all are posted now.
   std::vector<c10::intrusive_ptr<c10d::Work>> recvs((n - 1) * m);
@@ -124,10 +137,8 @@ void ring_reduce_scatter(const RingPeers& peers, const std::vector<at::Tensor>& 
     if (result.defined()) result.copy_(chunks[r]);
     return;
   }
-  const int m = segment_count(peers, max_chunk_bytes(chunks));
-  int64_t max_numel = 0;
-  for (const auto& c : chunks) max_numel = std::max(max_numel, c.numel());
-  const int64_t slot = (max_numel + m - 1) / m;  // scratch elements per segment
+  const int m = segment_count(peers, chunks);
+  const int64_t slot = scratch_slot_numel(peers, chunks);
   TORCH_INTERNAL_ASSERT(scratch.numel() >= slot * m, "ring scratch too small");
   // Segment j of every step lands in scratch slot j, so a slot is reused
   // only after its previous contents were reduced.

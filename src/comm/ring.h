@@ -63,7 +63,7 @@ void ring_reduce_scatter(const RingPeers& peers, const std::vector<at::Tensor>& 
 // more when the segments do not divide it evenly).
 int64_t ring_scratch_numel(const RingPeers& peers, const std::vector<at::Tensor>& chunks);
 
-// How many consecutive tags one ring call uses for chunks of `max_chunk_bytes`.
-int ring_tags_needed(const RingPeers& peers, int64_t max_chunk_bytes);
+// How many consecutive tags one ring call over `chunks` uses.
+int ring_tags_needed(const RingPeers& peers, const std::vector<at::Tensor>& chunks);
 
 }  // namespace fsdp::comm

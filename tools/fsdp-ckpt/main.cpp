@@ -3,7 +3,6 @@
 // group and runs in one process on any machine that sees the directory.
 
 #include <CLI/CLI.hpp>
-#include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -14,6 +13,7 @@
 #include "fsdp/checkpoint/convert.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/safetensors.h"
+#include "fsdp/error_message.h"
 
 namespace {
 
@@ -139,10 +139,8 @@ int main(int argc, char** argv) {
       fmt::print("wrote {} for {} ranks\n", out, world_size);
     }
     return 0;
-  } catch (const c10::Error& e) {
-    fmt::print(stderr, "fsdp-ckpt: error: {}\n", e.what_without_backtrace());
   } catch (const std::exception& e) {
-    fmt::print(stderr, "fsdp-ckpt: error: {}\n", e.what());
+    fmt::print(stderr, "fsdp-ckpt: error: {}\n", fsdp::error_message(e));
   }
   return 1;
 }

@@ -18,7 +18,6 @@
 // training.
 
 #include <ATen/Parallel.h>
-#include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
@@ -34,6 +33,7 @@
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
+#include "fsdp/error_message.h"
 #include "resume_config.h"
 #include "run_dir.h"
 #include "train_options.h"
@@ -43,11 +43,6 @@ namespace {
 
 constexpr int kBadInput = 2;
 constexpr int kFailed = 1;
-
-std::string message_of(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
-}
 
 // Ranks on one machine share its cores: give each 1/LOCAL_WORLD_SIZE of them
 // unless OMP_NUM_THREADS says otherwise.
@@ -78,7 +73,7 @@ int main(int argc, char** argv) {
     try {
       env = fsdp::read_launch_env();
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "fsdp-train: error: %s\n", message_of(e).c_str());
+      std::fprintf(stderr, "fsdp-train: error: %s\n", fsdp::error_message(e).c_str());
       return kBadInput;
     }
   }
@@ -100,7 +95,7 @@ int main(int argc, char** argv) {
             setup.resume_dir, setup.resume_step, o.steps));
       }
     } catch (const std::exception& e) {
-      errors.push_back(message_of(e));
+      errors.push_back(fsdp::error_message(e));
     }
   }
 
@@ -110,7 +105,7 @@ int main(int argc, char** argv) {
     try {
       setup.corpus = load_corpus(o.data, o.context);
     } catch (const std::exception& e) {
-      errors.push_back(message_of(e));
+      errors.push_back(fsdp::error_message(e));
     }
   }
   if (!setup.resume_dir.empty() && errors.empty()) {
@@ -144,7 +139,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fsdp-train: error%s: %s\n",
                  distributed ? fmt::format(" on rank {}", env.rank).c_str() : "",
-                 message_of(e).c_str());
+                 fsdp::error_message(e).c_str());
     return kFailed;
   }
 }

@@ -59,16 +59,7 @@ std::string long_name(const CLI::Option* option) {
   return name;
 }
 
-}  // namespace
-
-ParseResult parse_train_options(int argc, char** argv) {
-  TrainOptions o;
-  CLI::App app(kDescription, "fsdp-train");
-  app.footer(kFooter);
-  app.get_formatter()->column_width(34);
-  std::vector<CLI::Option*> all;
-  OptionRecorder rec(all);
-
+void add_model_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* model = app.add_option_group("Model", "a GPT over bytes; each block is an FSDP unit");
   rec(model->add_option("--layers", o.layers, "transformer blocks")->capture_default_str());
   rec(model->add_option("--width", o.width, "model width (d_model)")->capture_default_str());
@@ -76,7 +67,9 @@ ParseResult parse_train_options(int argc, char** argv) {
           ->capture_default_str());
   rec(model->add_option("--context", o.context, "bytes per training window")
           ->capture_default_str());
+}
 
+void add_data_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* data = app.add_option_group("Data and batch");
   rec(data->add_option("--data", o.data,
                        "text file to train on (default: every plain-text file of "
@@ -91,7 +84,9 @@ ParseResult parse_train_options(int argc, char** argv) {
   rec(data->add_option("--grad-accum", o.grad_accum,
                        "micro-batches accumulated per step, without gradient sync but the "
                        "last (default: 1, or batch / world size / micro-batch)"));
+}
 
+void add_optimizer_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* optim = app.add_option_group("Optimization", "AdamW (betas 0.9, 0.95), warmup, cosine decay");
   rec(optim->add_option("--lr", o.lr, "peak learning rate")->capture_default_str());
   rec(optim->add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine decay")
@@ -111,7 +106,9 @@ ParseResult parse_train_options(int argc, char** argv) {
           ->capture_default_str());
   rec(optim->add_option("--seed", o.seed, "seed of the initial weights and of every batch")
           ->capture_default_str());
+}
 
+void add_fsdp_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* fsdp = app.add_option_group("FSDP");
   rec(fsdp->add_option("--strategy", o.strategy,
                        "full (ZeRO-3) | grad-op (ZeRO-2) | none (DDP-like)")
@@ -124,7 +121,9 @@ ParseResult parse_train_options(int argc, char** argv) {
                      "keep sharded parameters and gradients in host memory (default: off)"));
   rec(fsdp->add_flag("--no-prefetch", o.no_prefetch,
                      "do not all-gather the next unit ahead of use (default: prefetch on)"));
+}
 
+void add_eval_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* eval = app.add_option_group("Evaluation and sampling");
   rec(eval->add_option("--eval-every", o.eval_every,
                        "validation loss every K steps (0: only at the end)")
@@ -139,7 +138,9 @@ ParseResult parse_train_options(int argc, char** argv) {
           ->capture_default_str());
   rec(eval->add_option("--prompt", o.prompt, "text the sample starts from")
           ->capture_default_str());
+}
 
+void add_output_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* out = app.add_option_group("Output and checkpoints");
   rec(out->add_option("--run-dir", o.run_dir,
                       "where metrics, plot and checkpoints go (default: runs/<timestamp>)"));
@@ -155,6 +156,23 @@ ParseResult parse_train_options(int argc, char** argv) {
                       "25 lines per run)")
           ->capture_default_str());
   rec(out->add_flag("--quiet", o.quiet, "no progress lines and no printed sample (sample.txt is still written); the header and summary only"));
+}
+
+}  // namespace
+
+ParseResult parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  CLI::App app(kDescription, "fsdp-train");
+  app.footer(kFooter);
+  app.get_formatter()->column_width(34);
+  std::vector<CLI::Option*> all;
+  OptionRecorder rec(all);
+  add_model_options(app, o, rec);
+  add_data_options(app, o, rec);
+  add_optimizer_options(app, o, rec);
+  add_fsdp_options(app, o, rec);
+  add_eval_options(app, o, rec);
+  add_output_options(app, o, rec);
 
   try {
     app.parse(argc, argv);

@@ -96,46 +96,43 @@ void run_rank(const CommConfig& c, const c10::intrusive_ptr<c10d::Store>& store,
   }
 }
 
-int run_comm(const CommConfig& c) {
-  TORCH_CHECK(c.world_size >= 1, "--world-size must be >= 1");
-  TORCH_CHECK(c.reps >= 1, "--reps must be >= 1");
-  TORCH_CHECK(c.min_mib > 0 && c.min_mib <= c.max_mib, "need 0 < --min-mib <= --max-mib");
-  std::FILE* info = c.json ? stderr : stdout;
-  std::fprintf(info,
-               "fsdp-bench comm: %d ranks as threads of one process, float32, %d reps after %d "
-               "warm-up, %d intra-op threads per rank\nmachine: %s\n\n",
-               c.world_size, c.reps, c.warmup, threads_per_rank(c.world_size),
-               machine_line("gloo").c_str());
-
+// Runs every rank on a thread of its own, over one FileStore in a fresh temp
+// dir, and fails naming the rank if any rank threw.
+Timings measure(const CommConfig& c) {
   char dir_template[] = "/tmp/fsdp-bench-XXXXXX";
   TORCH_CHECK(::mkdtemp(dir_template) != nullptr, "cannot create a temp dir");
   const std::filesystem::path dir(dir_template);
   Timings timings;
   std::mutex mu;
-  {
-    c10::intrusive_ptr<c10d::Store> store =
-        c10::make_intrusive<c10d::FileStore>((dir / "store").string(), 1);
-    std::vector<std::thread> ranks;
-    std::vector<std::string> errors(c.world_size);
-    for (int r = 0; r < c.world_size; ++r) {
-      ranks.emplace_back([&, r] {
-        try {
-          run_rank(c, store, r, timings, mu);
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
-      });
-    }
-    for (auto& t : ranks) t.join();
-    std::filesystem::remove_all(dir);
-    for (int r = 0; r < c.world_size; ++r) {
-      TORCH_CHECK(errors[r].empty(), "rank ", r, ": ", errors[r]);
-    }
+  c10::intrusive_ptr<c10d::Store> store =
+      c10::make_intrusive<c10d::FileStore>((dir / "store").string(), 1);
+  std::vector<std::thread> ranks;
+  std::vector<std::string> errors(c.world_size);
+  for (int r = 0; r < c.world_size; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        run_rank(c, store, r, timings, mu);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
   }
+  for (auto& t : ranks) t.join();
+  std::filesystem::remove_all(dir);
+  for (int r = 0; r < c.world_size; ++r) {
+    TORCH_CHECK(errors[r].empty(), "rank ", r, ": ", errors[r]);
+  }
+  return timings;
+}
 
+// bytes -> op -> bus bandwidth (GB/s) from the median and from the minimum time
+using BusBandwidths = std::map<int64_t, std::map<std::string, std::pair<double, double>>>;
+
+// Prints every op and size, as a table or as JSON lines, and returns their
+// bus bandwidths for the ratios.
+BusBandwidths report_ops(const CommConfig& c, const Timings& timings) {
   Table table({"op", "MiB", "min ms", "median ms", "algbw GB/s", "busbw GB/s"});
-  // bytes -> op -> busbw from the median and from the minimum time
-  std::map<int64_t, std::map<std::string, std::pair<double, double>>> busbw;
+  BusBandwidths busbw;
   for (int64_t bytes : sizes_in_bytes(c)) {
     for (const std::string op : kOps) {
       const int64_t real_bytes = bytes / 4 / c.world_size * c.world_size * 4;
@@ -156,7 +153,12 @@ int run_comm(const CommConfig& c) {
     }
   }
   if (!c.json) table.print();
-  if (c.world_size == 1) return 0;  // nothing moved, no ratio
+  return busbw;
+}
+
+// What the reduction in the reduce-scatter ring costs: its bus bandwidth
+// over all-gather's, per size.
+void report_rs_over_ag(const CommConfig& c, const BusBandwidths& busbw) {
   if (!c.json) {
     std::printf("\nreduce-scatter busbw / all-gather busbw (the ring bound is 1.0):\n");
   }
@@ -174,7 +176,21 @@ int run_comm(const CommConfig& c) {
                   median_ratio, min_ratio);
     }
   }
-  return 0;
+}
+
+void run_comm(const CommConfig& c) {
+  TORCH_CHECK(c.world_size >= 1, "--world-size must be >= 1");
+  TORCH_CHECK(c.reps >= 1, "--reps must be >= 1");
+  TORCH_CHECK(c.min_mib > 0 && c.min_mib <= c.max_mib, "need 0 < --min-mib <= --max-mib");
+  std::FILE* info = c.json ? stderr : stdout;
+  std::fprintf(info,
+               "fsdp-bench comm: %d ranks as threads of one process, float32, %d reps after %d "
+               "warm-up, %d intra-op threads per rank\nmachine: %s\n\n",
+               c.world_size, c.reps, c.warmup, threads_per_rank(c.world_size),
+               machine_line("gloo").c_str());
+  const Timings timings = measure(c);
+  const BusBandwidths busbw = report_ops(c, timings);
+  if (c.world_size > 1) report_rs_over_ag(c, busbw);  // 1 rank moves nothing: no ratio
 }
 
 }  // namespace
@@ -194,10 +210,7 @@ void register_comm_suite(CLI::App& app) {
                   "ring segment size, KiB (GroupOptions::ring_segment_bytes; 0 = default)")
       ->capture_default_str();
   sub->add_flag("--json", config->json, "one JSON object per line instead of a table");
-  sub->callback([config] {
-    const int rc = run_comm(*config);
-    if (rc != 0) throw CLI::RuntimeError(rc);
-  });
+  sub->callback([config] { run_comm(*config); });
 }
 
 }  // namespace fsdp::bench

@@ -85,20 +85,15 @@ void drop_page_cache(const fs::path& dir) {
   }
 }
 
-struct Timings {
-  std::vector<double> save_ms, cold_load_ms, warm_load_ms;  // slowest rank, per repetition
-};
-
-int run_checkpoint(const CheckpointConfig& c) {
-  TORCH_CHECK(c.world_size >= 1, "--world-size must be >= 1, got ", c.world_size);
-  TORCH_CHECK(c.reps >= 1, "--reps must be >= 1, got ", c.reps);
-  const auto g = gpt_config(c);
-  g.validate();
-  const int64_t model_bytes = g.num_params() * static_cast<int64_t>(sizeof(float));
+// $TMPDIR (or /tmp)/fsdp_bench_ckpt_<pid>: the checkpoint and the raw write
+// share one filesystem, so the ratio compares like with like.
+fs::path bench_dir() {
   const char* tmp = std::getenv("TMPDIR");
-  const fs::path dir = fs::path(tmp && *tmp ? tmp : "/tmp") /
-                       ("fsdp_bench_ckpt_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  return fs::path(tmp && *tmp ? tmp : "/tmp") / ("fsdp_bench_ckpt_" + std::to_string(::getpid()));
+}
+
+void print_intro(const CheckpointConfig& c, const models::GPTConfig& g, int64_t model_bytes,
+                 const fs::path& dir) {
   std::FILE* info = c.json ? stderr : stdout;
   std::fprintf(info,
                "fsdp-bench checkpoint: GPT d%lld/%lld layers (%lld params, %.1f MB fp32), model "
@@ -106,52 +101,132 @@ int run_checkpoint(const CheckpointConfig& c) {
                static_cast<long long>(c.d_model), static_cast<long long>(c.n_layer),
                static_cast<long long>(g.num_params()), model_bytes / 1e6, c.world_size, c.reps,
                dir.c_str(), machine_line("gloo").c_str());
+}
+
+struct Timings {
+  std::vector<double> save_ms, cold_load_ms, warm_load_ms;  // slowest rank, per repetition
+  std::vector<double> disk_write_ms;  // one file of the model's size, per repetition
+};
+
+// One rank's repetitions: save, drop the page cache, load cold, load warm.
+// The first repetition is a warm-up and is not kept.
+Timings time_rank(const CheckpointConfig& c, const models::GPTConfig& g, const std::string& ckpt,
+                  int rank, const ProcessGroupPtr& group) {
+  at::set_num_threads(threads_per_rank(c.world_size));
+  at::manual_seed(0);
+  models::GPT local(g);
+  auto model = fully_shard(local, FullyShardOptions().process_group(group));
+  ckpt::SaveOptions options;
+  options.overwrite = true;
+  Timings mine;
+  for (int rep = 0; rep <= c.reps; ++rep) {  // rep 0 is the warm-up
+    group->barrier()->wait();
+    auto start = std::chrono::steady_clock::now();
+    ckpt::save_training_state(*group, ckpt, *model, nullptr, options);
+    const double save = elapsed_ms(start);
+    group->barrier()->wait();
+    if (rank == 0) drop_page_cache(ckpt);
+    group->barrier()->wait();
+    start = std::chrono::steady_clock::now();
+    ckpt::load_training_state(*group, ckpt, *model, nullptr);
+    const double cold = elapsed_ms(start);
+    group->barrier()->wait();
+    start = std::chrono::steady_clock::now();
+    ckpt::load_training_state(*group, ckpt, *model, nullptr);
+    const double warm = elapsed_ms(start);
+    if (rep == 0) continue;
+    mine.save_ms.push_back(save);
+    mine.cold_load_ms.push_back(cold);
+    mine.warm_load_ms.push_back(warm);
+  }
+  return mine;
+}
+
+// Saves and loads on c.world_size ranks; each repetition's time is the
+// slowest rank's.
+Timings time_checkpoint(const CheckpointConfig& c, const models::GPTConfig& g,
+                        const std::string& ckpt) {
+  std::vector<Timings> ranks(c.world_size);
+  run_local_ranks(c.world_size, [&](int rank, ProcessGroupPtr group) {
+    ranks[rank] = time_rank(c, g, ckpt, rank, group);
+  });
+  Timings slowest;
+  for (int rep = 0; rep < c.reps; ++rep) {
+    double s = 0, cl = 0, w = 0;
+    for (int r = 0; r < c.world_size; ++r) {
+      s = std::max(s, ranks[r].save_ms[rep]);
+      cl = std::max(cl, ranks[r].cold_load_ms[rep]);
+      w = std::max(w, ranks[r].warm_load_ms[rep]);
+    }
+    slowest.save_ms.push_back(s);
+    slowest.cold_load_ms.push_back(cl);
+    slowest.warm_load_ms.push_back(w);
+  }
+  return slowest;
+}
+
+struct CheckpointStats {
+  Stats save, cold, warm, disk;
+};
+
+// Throughput of the model's bytes in `ms`.
+double megabytes_per_s(int64_t model_bytes, double ms) {
+  return ms > 0 ? model_bytes / 1e6 / (ms / 1e3) : 0.0;
+}
+
+void print_json(const CheckpointConfig& c, int64_t model_bytes, const CheckpointStats& s) {
+  auto mbps = [&](double ms) { return megabytes_per_s(model_bytes, ms); };
+  const int n = c.world_size;
+  print_json_line({{"suite", "checkpoint"},
+                   {"world_size", n},
+                   {"model_bytes", model_bytes},
+                   {"reps", c.reps},
+                   {"save_MBps_per_rank", mbps(s.save.median_ms) / n},
+                   {"save_MBps", mbps(s.save.median_ms)},
+                   {"load_MBps_per_rank", mbps(s.cold.median_ms) / n},
+                   {"load_MBps", mbps(s.cold.median_ms)},
+                   {"warm_load_MBps", mbps(s.warm.median_ms)},
+                   {"disk_write_MBps", mbps(s.disk.median_ms)},
+                   {"save_ms_min", s.save.min_ms},
+                   {"save_ms_median", s.save.median_ms},
+                   {"load_ms_min", s.cold.min_ms},
+                   {"load_ms_median", s.cold.median_ms},
+                   {"disk_write_ms_median", s.disk.median_ms}});
+}
+
+void print_table(const CheckpointConfig& c, int64_t model_bytes, const CheckpointStats& s) {
+  auto mbps = [&](double ms) { return megabytes_per_s(model_bytes, ms); };
+  const int n = c.world_size;
+  Table table({"operation", "min ms", "median ms", "MB/s per rank", "MB/s aggregate", "/ disk write"});
+  auto row = [&](const char* name, const Stats& op, bool per_rank) {
+    table.add_row({name, fmt::format("{:.0f}", op.min_ms), fmt::format("{:.0f}", op.median_ms),
+                   per_rank ? fmt::format("{:.0f}", mbps(op.median_ms) / n) : "-",
+                   fmt::format("{:.0f}", mbps(op.median_ms)),
+                   fmt::format("{:.2f}", mbps(op.median_ms) / mbps(s.disk.median_ms))});
+  };
+  row("save (write + fsync + commit)", s.save, true);
+  row("load (page cache dropped)", s.cold, true);
+  row("load (warm page cache)", s.warm, true);
+  row("raw write + fsync, one file", s.disk, false);
+  table.print();
+  std::printf("\nthroughput counts the %.1f MB of parameters; medians of %d repetitions\n",
+              model_bytes / 1e6, c.reps);
+}
+
+void run_checkpoint(const CheckpointConfig& c) {
+  TORCH_CHECK(c.world_size >= 1, "--world-size must be >= 1, got ", c.world_size);
+  TORCH_CHECK(c.reps >= 1, "--reps must be >= 1, got ", c.reps);
+  const auto g = gpt_config(c);
+  g.validate();
+  const int64_t model_bytes = g.num_params() * static_cast<int64_t>(sizeof(float));
+  const fs::path dir = bench_dir();
+  fs::create_directories(dir);
+  print_intro(c, g, model_bytes, dir);
 
   Timings t;
-  std::vector<double> disk_ms;
-  const std::string ckpt = (dir / "ckpt").string();
   try {
-    std::vector<std::vector<double>> save_ms(c.world_size), cold_ms(c.world_size), warm_ms(c.world_size);
-    run_local_ranks(c.world_size, [&](int rank, ProcessGroupPtr group) {
-      at::set_num_threads(threads_per_rank(c.world_size));
-      at::manual_seed(0);
-      models::GPT local(g);
-      auto model = fully_shard(local, FullyShardOptions().process_group(group));
-      ckpt::SaveOptions options;
-      options.overwrite = true;
-      for (int rep = 0; rep <= c.reps; ++rep) {  // rep 0 is the warm-up
-        group->barrier()->wait();
-        auto start = std::chrono::steady_clock::now();
-        ckpt::save_training_state(*group, ckpt, *model, nullptr, options);
-        const double save = elapsed_ms(start);
-        group->barrier()->wait();
-        if (rank == 0) drop_page_cache(ckpt);
-        group->barrier()->wait();
-        start = std::chrono::steady_clock::now();
-        ckpt::load_training_state(*group, ckpt, *model, nullptr);
-        const double cold = elapsed_ms(start);
-        group->barrier()->wait();
-        start = std::chrono::steady_clock::now();
-        ckpt::load_training_state(*group, ckpt, *model, nullptr);
-        const double warm = elapsed_ms(start);
-        if (rep == 0) continue;
-        save_ms[rank].push_back(save);
-        cold_ms[rank].push_back(cold);
-        warm_ms[rank].push_back(warm);
-      }
-    });
-    for (int rep = 0; rep < c.reps; ++rep) {
-      double s = 0, cl = 0, w = 0;
-      for (int r = 0; r < c.world_size; ++r) {
-        s = std::max(s, save_ms[r][rep]);
-        cl = std::max(cl, cold_ms[r][rep]);
-        w = std::max(w, warm_ms[r][rep]);
-      }
-      t.save_ms.push_back(s);
-      t.cold_load_ms.push_back(cl);
-      t.warm_load_ms.push_back(w);
-    }
-    for (int rep = 0; rep < c.reps; ++rep) disk_ms.push_back(disk_write_ms(dir, model_bytes));
+    t = time_checkpoint(c, g, (dir / "ckpt").string());
+    for (int rep = 0; rep < c.reps; ++rep) t.disk_write_ms.push_back(disk_write_ms(dir, model_bytes));
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(dir, ignored);
@@ -160,43 +235,13 @@ int run_checkpoint(const CheckpointConfig& c) {
   std::error_code ignored;
   fs::remove_all(dir, ignored);
 
-  const Stats save = summarize(t.save_ms), cold = summarize(t.cold_load_ms),
-              warm = summarize(t.warm_load_ms), disk = summarize(disk_ms);
-  auto mbps = [&](double ms) { return ms > 0 ? model_bytes / 1e6 / (ms / 1e3) : 0.0; };
-  const int n = c.world_size;
+  const CheckpointStats stats{summarize(t.save_ms), summarize(t.cold_load_ms),
+                              summarize(t.warm_load_ms), summarize(t.disk_write_ms)};
   if (c.json) {
-    print_json_line({{"suite", "checkpoint"},
-                     {"world_size", n},
-                     {"model_bytes", model_bytes},
-                     {"reps", c.reps},
-                     {"save_MBps_per_rank", mbps(save.median_ms) / n},
-                     {"save_MBps", mbps(save.median_ms)},
-                     {"load_MBps_per_rank", mbps(cold.median_ms) / n},
-                     {"load_MBps", mbps(cold.median_ms)},
-                     {"warm_load_MBps", mbps(warm.median_ms)},
-                     {"disk_write_MBps", mbps(disk.median_ms)},
-                     {"save_ms_min", save.min_ms},
-                     {"save_ms_median", save.median_ms},
-                     {"load_ms_min", cold.min_ms},
-                     {"load_ms_median", cold.median_ms},
-                     {"disk_write_ms_median", disk.median_ms}});
-    return 0;
+    print_json(c, model_bytes, stats);
+  } else {
+    print_table(c, model_bytes, stats);
   }
-  Table table({"operation", "min ms", "median ms", "MB/s per rank", "MB/s aggregate", "/ disk write"});
-  auto row = [&](const char* name, const Stats& s, bool per_rank) {
-    table.add_row({name, fmt::format("{:.0f}", s.min_ms), fmt::format("{:.0f}", s.median_ms),
-                   per_rank ? fmt::format("{:.0f}", mbps(s.median_ms) / n) : "-",
-                   fmt::format("{:.0f}", mbps(s.median_ms)),
-                   fmt::format("{:.2f}", mbps(s.median_ms) / mbps(disk.median_ms))});
-  };
-  row("save (write + fsync + commit)", save, true);
-  row("load (page cache dropped)", cold, true);
-  row("load (warm page cache)", warm, true);
-  row("raw write + fsync, one file", disk, false);
-  table.print();
-  std::printf("\nthroughput counts the %.1f MB of parameters; medians of %d repetitions\n",
-              model_bytes / 1e6, c.reps);
-  return 0;
 }
 
 }  // namespace
@@ -211,10 +256,7 @@ void register_checkpoint_suite(CLI::App& app) {
   sub->add_option("--n-head", config->n_head, "attention heads")->capture_default_str();
   sub->add_option("--reps", config->reps, "timed repetitions after one warm-up")->capture_default_str();
   sub->add_flag("--json", config->json, "one JSON object instead of a table");
-  sub->callback([config] {
-    const int rc = run_checkpoint(*config);
-    if (rc != 0) throw CLI::RuntimeError(rc);
-  });
+  sub->callback([config] { run_checkpoint(*config); });
 }
 
 }  // namespace fsdp::bench

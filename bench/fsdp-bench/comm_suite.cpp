@@ -10,16 +10,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
 
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "bench_util.h"
 #include "fsdp/comm/process_group.h"
+#include "local_ranks.h"
 #include "suites.h"
 
 namespace fsdp::bench {
@@ -54,13 +51,9 @@ std::vector<int64_t> sizes_in_bytes(const CommConfig& c) {
 
 // One rank's part of the run. Ranks time each rep between barriers; the
 // slowest rank's time is the op's time.
-void run_rank(const CommConfig& c, const c10::intrusive_ptr<c10d::Store>& store, int rank,
-              Timings& timings, std::mutex& mu) {
+void run_rank(const CommConfig& c, ProcessGroup& group, Timings& timings, std::mutex& mu) {
   at::set_num_threads(threads_per_rank(c.world_size));
-  GroupOptions options;
-  options.timeout = std::chrono::minutes(2);
-  if (c.segment_kib > 0) options.ring_segment_bytes = c.segment_kib << 10;
-  auto group = make_process_group(store, rank, c.world_size, options);
+  const int rank = group.rank();
   const int n = c.world_size;
   for (int64_t bytes : sizes_in_bytes(c)) {
     const int64_t numel = bytes / 4 / n * n;  // float32, divisible by n
@@ -73,20 +66,20 @@ void run_rank(const CommConfig& c, const c10::intrusive_ptr<c10d::Store>& store,
     for (int rep = -c.warmup; rep < c.reps; ++rep) {
       for (const std::string op : kOps) {
         full.fill_(1.0f);  // reduce-scatter and all-reduce overwrite it
-        group->barrier()->wait();
+        group.barrier()->wait();
         const auto start = std::chrono::steady_clock::now();
         if (op == "all_gather") {
-          group->all_gather(full, shard)->wait();
+          group.all_gather(full, shard)->wait();
         } else if (op == "reduce_scatter") {
-          group->reduce_scatter(shard, full, ReduceOp::kSum)->wait();
+          group.reduce_scatter(shard, full, ReduceOp::kSum)->wait();
         } else {
-          group->all_reduce(full, ReduceOp::kSum)->wait();
+          group.all_reduce(full, ReduceOp::kSum)->wait();
         }
         if (rep >= 0) times[op][rep] = elapsed_ms(start);
       }
     }
     for (const std::string op : kOps) {
-      group->all_reduce(times[op], ReduceOp::kMax)->wait();
+      group.all_reduce(times[op], ReduceOp::kMax)->wait();
       if (rank == 0) {
         std::lock_guard<std::mutex> lock(mu);
         timings[{op, numel * 4}].assign(times[op].data_ptr<double>(),
@@ -96,46 +89,26 @@ void run_rank(const CommConfig& c, const c10::intrusive_ptr<c10d::Store>& store,
   }
 }
 
-int run_comm(const CommConfig& c) {
-  TORCH_CHECK(c.world_size >= 1, "--world-size must be >= 1");
-  TORCH_CHECK(c.reps >= 1, "--reps must be >= 1");
-  TORCH_CHECK(c.min_mib > 0 && c.min_mib <= c.max_mib, "need 0 < --min-mib <= --max-mib");
-  std::FILE* info = c.json ? stderr : stdout;
-  std::fprintf(info,
-               "fsdp-bench comm: %d ranks as threads of one process, float32, %d reps after %d "
-               "warm-up, %d intra-op threads per rank\nmachine: %s\n\n",
-               c.world_size, c.reps, c.warmup, threads_per_rank(c.world_size),
-               machine_line("gloo").c_str());
-
-  char dir_template[] = "/tmp/fsdp-bench-XXXXXX";
-  TORCH_CHECK(::mkdtemp(dir_template) != nullptr, "cannot create a temp dir");
-  const std::filesystem::path dir(dir_template);
+// Every rank's run, each on a thread of its own (see local_ranks.h).
+Timings measure(const CommConfig& c) {
+  GroupOptions options;
+  options.timeout = std::chrono::minutes(2);
+  if (c.segment_kib > 0) options.ring_segment_bytes = c.segment_kib << 10;
   Timings timings;
   std::mutex mu;
-  {
-    c10::intrusive_ptr<c10d::Store> store =
-        c10::make_intrusive<c10d::FileStore>((dir / "store").string(), 1);
-    std::vector<std::thread> ranks;
-    std::vector<std::string> errors(c.world_size);
-    for (int r = 0; r < c.world_size; ++r) {
-      ranks.emplace_back([&, r] {
-        try {
-          run_rank(c, store, r, timings, mu);
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
-      });
-    }
-    for (auto& t : ranks) t.join();
-    std::filesystem::remove_all(dir);
-    for (int r = 0; r < c.world_size; ++r) {
-      TORCH_CHECK(errors[r].empty(), "rank ", r, ": ", errors[r]);
-    }
-  }
+  run_local_ranks(
+      c.world_size, [&](int, ProcessGroupPtr group) { run_rank(c, *group, timings, mu); }, options);
+  return timings;
+}
 
+// bytes -> op -> bus bandwidth (GB/s) from the median and from the minimum time
+using BusBandwidths = std::map<int64_t, std::map<std::string, std::pair<double, double>>>;
+
+// Prints every op and size, as a table or as JSON lines, and returns their
+// bus bandwidths for the ratios.
+BusBandwidths report_ops(const CommConfig& c, const Timings& timings) {
   Table table({"op", "MiB", "min ms", "median ms", "algbw GB/s", "busbw GB/s"});
-  // bytes -> op -> busbw from the median and from the minimum time
-  std::map<int64_t, std::map<std::string, std::pair<double, double>>> busbw;
+  BusBandwidths busbw;
   for (int64_t bytes : sizes_in_bytes(c)) {
     for (const std::string op : kOps) {
       const int64_t real_bytes = bytes / 4 / c.world_size * c.world_size * 4;
@@ -156,7 +129,12 @@ int run_comm(const CommConfig& c) {
     }
   }
   if (!c.json) table.print();
-  if (c.world_size == 1) return 0;  // nothing moved, no ratio
+  return busbw;
+}
+
+// What the reduction in the reduce-scatter ring costs: its bus bandwidth
+// over all-gather's, per size.
+void report_rs_over_ag(const CommConfig& c, const BusBandwidths& busbw) {
   if (!c.json) {
     std::printf("\nreduce-scatter busbw / all-gather busbw (the ring bound is 1.0):\n");
   }
@@ -174,7 +152,21 @@ int run_comm(const CommConfig& c) {
                   median_ratio, min_ratio);
     }
   }
-  return 0;
+}
+
+void run_comm(const CommConfig& c) {
+  TORCH_CHECK(c.world_size >= 1, "--world-size must be >= 1");
+  TORCH_CHECK(c.reps >= 1, "--reps must be >= 1");
+  TORCH_CHECK(c.min_mib > 0 && c.min_mib <= c.max_mib, "need 0 < --min-mib <= --max-mib");
+  std::FILE* info = c.json ? stderr : stdout;
+  std::fprintf(info,
+               "fsdp-bench comm: %d ranks as threads of one process, float32, %d reps after %d "
+               "warm-up, %d intra-op threads per rank\nmachine: %s\n\n",
+               c.world_size, c.reps, c.warmup, threads_per_rank(c.world_size),
+               machine_line("gloo").c_str());
+  const Timings timings = measure(c);
+  const BusBandwidths busbw = report_ops(c, timings);
+  if (c.world_size > 1) report_rs_over_ag(c, busbw);  // 1 rank moves nothing: no ratio
 }
 
 }  // namespace
@@ -194,10 +186,7 @@ void register_comm_suite(CLI::App& app) {
                   "ring segment size, KiB (GroupOptions::ring_segment_bytes; 0 = default)")
       ->capture_default_str();
   sub->add_flag("--json", config->json, "one JSON object per line instead of a table");
-  sub->callback([config] {
-    const int rc = run_comm(*config);
-    if (rc != 0) throw CLI::RuntimeError(rc);
-  });
+  sub->callback([config] { run_comm(*config); });
 }
 
 }  // namespace fsdp::bench

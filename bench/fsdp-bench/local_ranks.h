@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <unistd.h>
 
+#include <chrono>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -17,7 +18,10 @@
 
 namespace fsdp::bench {
 
-inline void run_local_ranks(int world_size, const std::function<void(int, ProcessGroupPtr)>& fn) {
+// Runs fn(rank, group) on world_size threads and rethrows the first rank's
+// failure after all have joined. `options` configure every rank's group.
+inline void run_local_ranks(int world_size, const std::function<void(int, ProcessGroupPtr)>& fn,
+                            const GroupOptions& options = GroupOptions()) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() /
                        ("fsdp_bench_" + std::to_string(::getpid()) + "_" +
@@ -30,8 +34,6 @@ inline void run_local_ranks(int world_size, const std::function<void(int, Proces
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        GroupOptions options;
-        options.timeout = std::chrono::minutes(5);
         fn(rank, make_process_group(store, rank, world_size, options));
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);

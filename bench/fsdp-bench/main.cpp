@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "fsdp/error_message.h"
 #include "suites.h"
 
 namespace {
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fsdp-bench: %s\n", e.what());
+    std::fprintf(stderr, "fsdp-bench: %s\n", fsdp::error_message(e).c_str());
     return 1;
   }
   return 0;

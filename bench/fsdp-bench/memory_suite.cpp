@@ -97,7 +97,95 @@ RankMemory run_rank(const MemoryConfig& c, ProcessGroupPtr group, const at::Tens
   return out;
 }
 
-int run_memory(const MemoryConfig& c) {
+// The numbers the table and the JSON line share, over all ranks.
+struct MemorySummary {
+  int64_t baseline = 0;         // one process, measured
+  int64_t unsharded_total = 0;  // parameters, gradients and AdamW's two moments
+  int64_t whole_model = 0;      // all parameters, gathered
+  int64_t root = 0;             // the root unit's parameter bytes
+  int64_t largest = 0;          // the largest unit's
+  int64_t gather_bound = 0;     // root + 2 x largest
+  int64_t worst_total = 0;      // the most persistent bytes on one rank
+  int64_t worst_peak = 0;       // the most gathered bytes on one rank, fwd or bwd
+  double ratio = 0;             // worst_total / unsharded_total
+};
+
+MemorySummary summarize_memory(const std::vector<RankMemory>& ranks, int64_t baseline) {
+  MemorySummary s;
+  s.baseline = baseline;
+  s.unsharded_total = 4 * ranks[0].stats.unsharded_param_bytes;
+  s.whole_model = ranks[0].stats.unsharded_param_bytes;
+  s.root = ranks[0].stats.root_unit_bytes;
+  s.largest = ranks[0].stats.largest_unit_bytes;
+  s.gather_bound = s.root + 2 * s.largest;
+  for (const auto& r : ranks) {
+    s.worst_total = std::max(s.worst_total, r.total());
+    s.worst_peak = std::max({s.worst_peak, r.peak_forward, r.peak_backward});
+  }
+  s.ratio = static_cast<double>(s.worst_total) / static_cast<double>(s.unsharded_total);
+  return s;
+}
+
+void print_json(const MemoryConfig& c, const std::vector<RankMemory>& ranks,
+                const MemorySummary& s) {
+  nlohmann::json per_rank = nlohmann::json::array();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    per_rank.push_back({{"rank", r},
+                        {"sharded_param_bytes", ranks[r].param_bytes},
+                        {"sharded_grad_bytes", ranks[r].grad_bytes},
+                        {"optimizer_state_bytes", ranks[r].optimizer_bytes},
+                        {"sharded_bytes", ranks[r].total()},
+                        {"peak_forward_param_bytes", ranks[r].peak_forward},
+                        {"peak_backward_param_bytes", ranks[r].peak_backward}});
+  }
+  print_json_line({{"suite", "memory"},
+                   {"model", fmt::format("gpt-d{}-l{}", c.d_model, c.n_layer)},
+                   {"strategy", "FULL_SHARD"},
+                   {"optimizer", "AdamW"},
+                   {"world_size", c.world_size},
+                   {"prefetch", !c.no_prefetch},
+                   {"sharded_bytes_per_rank", s.worst_total},
+                   {"unsharded_total_bytes", s.unsharded_total},
+                   {"baseline_single_process_bytes", s.baseline},
+                   {"ratio", s.ratio},
+                   {"peak_unsharded_param_bytes", s.worst_peak},
+                   {"largest_unit_bytes", s.largest},
+                   {"root_unit_bytes", s.root},
+                   {"peak_bound_bytes", s.gather_bound},
+                   {"whole_model_param_bytes", s.whole_model},
+                   {"ranks", per_rank}});
+}
+
+std::string kib(int64_t bytes) { return fmt::format("{:.1f}", bytes / 1024.0); }
+
+void print_table(const MemoryConfig& c, const std::vector<RankMemory>& ranks,
+                 const MemorySummary& s) {
+  Table table({"rank", "params KiB", "grads KiB", "AdamW KiB", "total KiB", "/ unsharded",
+               "peak fwd KiB", "peak bwd KiB"});
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const auto& m = ranks[r];
+    table.add_row({std::to_string(r), kib(m.param_bytes), kib(m.grad_bytes), kib(m.optimizer_bytes),
+                   kib(m.total()),
+                   fmt::format("{:.4f}", static_cast<double>(m.total()) / s.unsharded_total),
+                   kib(m.peak_forward), kib(m.peak_backward)});
+  }
+  table.print();
+  std::printf("\n%-52s %s KiB\n", "unsharded total (params + grads + 2 AdamW moments):",
+              kib(s.unsharded_total).c_str());
+  std::printf("%-52s %s KiB\n", "baseline, one process, measured:", kib(s.baseline).c_str());
+  std::printf("%-52s %.4f (ideal %.4f)\n", "worst rank / unsharded total:", s.ratio,
+              1.0 / c.world_size);
+  std::printf("%-52s %s KiB\n", "peak gathered parameters (worst rank, fwd or bwd):",
+              kib(s.worst_peak).c_str());
+  std::printf("%-52s %s KiB\n",
+              fmt::format("bound: root {} KiB + 2 x largest unit {} KiB:", kib(s.root),
+                          kib(s.largest))
+                  .c_str(),
+              kib(s.gather_bound).c_str());
+  std::printf("%-52s %s KiB\n", "the whole model, gathered:", kib(s.whole_model).c_str());
+}
+
+void run_memory(const MemoryConfig& c) {
   TORCH_CHECK(c.world_size >= 1, "--world-size must be >= 1, got ", c.world_size);
   TORCH_CHECK(c.batch % c.world_size == 0, "--batch ", c.batch, " does not split over ",
               c.world_size, " ranks; pick a multiple of the world size");
@@ -121,74 +209,12 @@ int run_memory(const MemoryConfig& c) {
   run_local_ranks(c.world_size, [&](int rank, ProcessGroupPtr group) {
     ranks[rank] = run_rank(c, std::move(group), tokens);
   });
-
-  // Unsharded total: parameters, gradients and AdamW's two moments.
-  const int64_t unsharded_total = 4 * ranks[0].stats.unsharded_param_bytes;
-  const int64_t root = ranks[0].stats.root_unit_bytes;
-  const int64_t largest = ranks[0].stats.largest_unit_bytes;
-  const int64_t gather_bound = root + 2 * largest;
-  int64_t worst_total = 0, worst_peak = 0;
-  for (const auto& r : ranks) {
-    worst_total = std::max(worst_total, r.total());
-    worst_peak = std::max({worst_peak, r.peak_forward, r.peak_backward});
-  }
-  const double ratio = static_cast<double>(worst_total) / static_cast<double>(unsharded_total);
-
-  auto kib = [](int64_t b) { return fmt::format("{:.1f}", b / 1024.0); };
+  const MemorySummary summary = summarize_memory(ranks, baseline);
   if (c.json) {
-    nlohmann::json per_rank = nlohmann::json::array();
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      per_rank.push_back({{"rank", r},
-                          {"sharded_param_bytes", ranks[r].param_bytes},
-                          {"sharded_grad_bytes", ranks[r].grad_bytes},
-                          {"optimizer_state_bytes", ranks[r].optimizer_bytes},
-                          {"sharded_bytes", ranks[r].total()},
-                          {"peak_forward_param_bytes", ranks[r].peak_forward},
-                          {"peak_backward_param_bytes", ranks[r].peak_backward}});
-    }
-    print_json_line({{"suite", "memory"},
-                     {"model", fmt::format("gpt-d{}-l{}", c.d_model, c.n_layer)},
-                     {"strategy", "FULL_SHARD"},
-                     {"optimizer", "AdamW"},
-                     {"world_size", c.world_size},
-                     {"prefetch", !c.no_prefetch},
-                     {"sharded_bytes_per_rank", worst_total},
-                     {"unsharded_total_bytes", unsharded_total},
-                     {"baseline_single_process_bytes", baseline},
-                     {"ratio", ratio},
-                     {"peak_unsharded_param_bytes", worst_peak},
-                     {"largest_unit_bytes", largest},
-                     {"root_unit_bytes", root},
-                     {"peak_bound_bytes", gather_bound},
-                     {"whole_model_param_bytes", ranks[0].stats.unsharded_param_bytes},
-                     {"ranks", per_rank}});
-    return 0;
+    print_json(c, ranks, summary);
+  } else {
+    print_table(c, ranks, summary);
   }
-
-  Table table({"rank", "params KiB", "grads KiB", "AdamW KiB", "total KiB", "/ unsharded",
-               "peak fwd KiB", "peak bwd KiB"});
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const auto& m = ranks[r];
-    table.add_row({std::to_string(r), kib(m.param_bytes), kib(m.grad_bytes), kib(m.optimizer_bytes),
-                   kib(m.total()),
-                   fmt::format("{:.4f}", static_cast<double>(m.total()) / unsharded_total),
-                   kib(m.peak_forward), kib(m.peak_backward)});
-  }
-  table.print();
-  std::printf("\n%-52s %s KiB\n", "unsharded total (params + grads + 2 AdamW moments):",
-              kib(unsharded_total).c_str());
-  std::printf("%-52s %s KiB\n", "baseline, one process, measured:", kib(baseline).c_str());
-  std::printf("%-52s %.4f (ideal %.4f)\n", "worst rank / unsharded total:", ratio,
-              1.0 / c.world_size);
-  std::printf("%-52s %s KiB\n", "peak gathered parameters (worst rank, fwd or bwd):",
-              kib(worst_peak).c_str());
-  std::printf("%-52s %s KiB\n",
-              fmt::format("bound: root {} KiB + 2 x largest unit {} KiB:", kib(root), kib(largest))
-                  .c_str(),
-              kib(gather_bound).c_str());
-  std::printf("%-52s %s KiB\n", "the whole model, gathered:",
-              kib(ranks[0].stats.unsharded_param_bytes).c_str());
-  return 0;
 }
 
 }  // namespace
@@ -206,10 +232,7 @@ void register_memory_suite(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--no-prefetch", config->no_prefetch, "turn off all-gather prefetch");
   sub->add_flag("--json", config->json, "one JSON object instead of a table");
-  sub->callback([config] {
-    const int rc = run_memory(*config);
-    if (rc != 0) throw CLI::RuntimeError(rc);
-  });
+  sub->callback([config] { run_memory(*config); });
 }
 
 }  // namespace fsdp::bench

@@ -3,7 +3,6 @@
 // group and runs in one process on any machine that sees the directory.
 
 #include <CLI/CLI.hpp>
-#include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -14,6 +13,7 @@
 #include "fsdp/checkpoint/convert.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/safetensors.h"
+#include "fsdp/error_message.h"
 
 namespace {
 
@@ -68,6 +68,87 @@ int verify(const std::string& dir) {
   return 0;
 }
 
+// What the subcommands were given; each reads the fields it declared.
+struct Args {
+  std::string dir, out, format = "torch";
+  bool overwrite = false;
+  int world_size = 0;
+};
+
+struct Subcommands {
+  CLI::App* inspect = nullptr;
+  CLI::App* verify = nullptr;
+  CLI::App* consolidate = nullptr;
+  CLI::App* export_torch = nullptr;
+  CLI::App* reshard = nullptr;
+};
+
+// The subcommands that only read the checkpoint.
+void add_read_commands(CLI::App& app, Args& args, Subcommands& commands) {
+  commands.inspect = app.add_subcommand(
+      "inspect", "Print the world size, step, extras and a table of every tensor: shape, dtype, size, pieces.");
+  commands.inspect->add_option("DIR", args.dir, "checkpoint directory")->required();
+
+  commands.verify = app.add_subcommand(
+      "verify",
+      "Read every byte of every rank file and check every xxh64 block checksum and file size.\n"
+      "Exits 1 naming each corrupted or truncated file and tensor.");
+  commands.verify->add_option("DIR", args.dir, "checkpoint directory")->required();
+}
+
+// The subcommands that write a new file or checkpoint to --out.
+void add_write_commands(CLI::App& app, Args& args, Subcommands& commands) {
+  commands.consolidate = app.add_subcommand(
+      "consolidate",
+      "Write one standard safetensors file holding every tensor whole at its global shape.\n"
+      "Streams tensor by tensor: memory stays bounded by the largest tensor.");
+  commands.consolidate->add_option("DIR", args.dir, "checkpoint directory")->required();
+  commands.consolidate->add_option("--out,-o", args.out, "output .safetensors file")->required();
+  commands.consolidate->add_flag("--overwrite", args.overwrite, "replace --out if it exists");
+
+  commands.export_torch = app.add_subcommand(
+      "export",
+      "Write the full tensors in another framework's format. --format torch writes a file that\n"
+      "Python's torch.load() and C++ torch::pickle_load() read: a dict {name: tensor}.");
+  commands.export_torch->add_option("DIR", args.dir, "checkpoint directory")->required();
+  commands.export_torch->add_option("--format,-f", args.format, "output format (torch)")
+      ->check(CLI::IsMember({"torch"}))
+      ->capture_default_str();
+  commands.export_torch->add_option("--out,-o", args.out, "output file, e.g. model.pt")->required();
+  commands.export_torch->add_flag("--overwrite", args.overwrite, "replace --out if it exists");
+
+  commands.reshard = app.add_subcommand(
+      "reshard",
+      "Rewrite the checkpoint for M ranks, each tensor split evenly by flattened element\n"
+      "(rank r holds [r*c, min((r+1)*c, n)), c = ceil(n/M)). Step and extras are kept.\n"
+      "Any world size can load any checkpoint directly; resharding makes each rank's reads\n"
+      "touch one file.");
+  commands.reshard->add_option("DIR", args.dir, "checkpoint directory")->required();
+  commands.reshard->add_option("--world-size,-n", args.world_size, "ranks of the new checkpoint")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  commands.reshard->add_option("--out,-o", args.out, "output checkpoint directory")->required();
+  commands.reshard->add_flag("--overwrite", args.overwrite,
+                             "replace --out if it is an existing checkpoint");
+}
+
+// Runs the one parsed subcommand; throws on failure.
+int run_subcommand(const Subcommands& commands, const Args& args) {
+  if (commands.inspect->parsed()) return inspect(args.dir);
+  if (commands.verify->parsed()) return verify(args.dir);
+  if (commands.consolidate->parsed()) {
+    fsdp::ckpt::consolidate(args.dir, args.out, args.overwrite);
+    fmt::print("wrote {}\n", args.out);
+  } else if (commands.export_torch->parsed()) {
+    fsdp::ckpt::export_torch(args.dir, args.out, args.overwrite);
+    fmt::print("wrote {}\n", args.out);
+  } else if (commands.reshard->parsed()) {
+    fsdp::ckpt::reshard(args.dir, args.world_size, args.out, args.overwrite);
+    fmt::print("wrote {} for {} ranks\n", args.out, args.world_size);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,73 +157,16 @@ int main(int argc, char** argv) {
       "A checkpoint is a directory with index.json and one safetensors file per saving rank\n"
       "(format: docs/checkpoint-format.md). Nothing here needs the ranks that saved it."};
   app.require_subcommand(1);
-
-  std::string dir, out, format = "torch";
-  bool overwrite = false;
-  int world_size = 0;
-
-  auto* inspect_cmd = app.add_subcommand(
-      "inspect", "Print the world size, step, extras and a table of every tensor: shape, dtype, size, pieces.");
-  inspect_cmd->add_option("DIR", dir, "checkpoint directory")->required();
-
-  auto* verify_cmd = app.add_subcommand(
-      "verify",
-      "Read every byte of every rank file and check every xxh64 block checksum and file size.\n"
-      "Exits 1 naming each corrupted or truncated file and tensor.");
-  verify_cmd->add_option("DIR", dir, "checkpoint directory")->required();
-
-  auto* consolidate_cmd = app.add_subcommand(
-      "consolidate",
-      "Write one standard safetensors file holding every tensor whole at its global shape.\n"
-      "Streams tensor by tensor: memory stays bounded by the largest tensor.");
-  consolidate_cmd->add_option("DIR", dir, "checkpoint directory")->required();
-  consolidate_cmd->add_option("--out,-o", out, "output .safetensors file")->required();
-  consolidate_cmd->add_flag("--overwrite", overwrite, "replace --out if it exists");
-
-  auto* export_cmd = app.add_subcommand(
-      "export",
-      "Write the full tensors in another framework's format. --format torch writes a file that\n"
-      "Python's torch.load() and C++ torch::pickle_load() read: a dict {name: tensor}.");
-  export_cmd->add_option("DIR", dir, "checkpoint directory")->required();
-  export_cmd->add_option("--format,-f", format, "output format (torch)")
-      ->check(CLI::IsMember({"torch"}))
-      ->capture_default_str();
-  export_cmd->add_option("--out,-o", out, "output file, e.g. model.pt")->required();
-  export_cmd->add_flag("--overwrite", overwrite, "replace --out if it exists");
-
-  auto* reshard_cmd = app.add_subcommand(
-      "reshard",
-      "Rewrite the checkpoint for M ranks, each tensor split evenly by flattened element\n"
-      "(rank r holds [r*c, min((r+1)*c, n)), c = ceil(n/M)). Step and extras are kept.\n"
-      "Any world size can load any checkpoint directly; resharding makes each rank's reads\n"
-      "touch one file.");
-  reshard_cmd->add_option("DIR", dir, "checkpoint directory")->required();
-  reshard_cmd->add_option("--world-size,-n", world_size, "ranks of the new checkpoint")
-      ->required()
-      ->check(CLI::PositiveNumber);
-  reshard_cmd->add_option("--out,-o", out, "output checkpoint directory")->required();
-  reshard_cmd->add_flag("--overwrite", overwrite, "replace --out if it is an existing checkpoint");
-
+  Args args;
+  Subcommands commands;
+  add_read_commands(app, args, commands);
+  add_write_commands(app, args, commands);
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (inspect_cmd->parsed()) return inspect(dir);
-    if (verify_cmd->parsed()) return verify(dir);
-    if (consolidate_cmd->parsed()) {
-      fsdp::ckpt::consolidate(dir, out, overwrite);
-      fmt::print("wrote {}\n", out);
-    } else if (export_cmd->parsed()) {
-      fsdp::ckpt::export_torch(dir, out, overwrite);
-      fmt::print("wrote {}\n", out);
-    } else if (reshard_cmd->parsed()) {
-      fsdp::ckpt::reshard(dir, world_size, out, overwrite);
-      fmt::print("wrote {} for {} ranks\n", out, world_size);
-    }
-    return 0;
-  } catch (const c10::Error& e) {
-    fmt::print(stderr, "fsdp-ckpt: error: {}\n", e.what_without_backtrace());
+    return run_subcommand(commands, args);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "fsdp-ckpt: error: {}\n", e.what());
+    fmt::print(stderr, "fsdp-ckpt: error: {}\n", fsdp::error_message(e));
   }
   return 1;
 }

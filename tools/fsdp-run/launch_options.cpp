@@ -98,8 +98,8 @@ struct RawFlags {
   bool no_prefix = false;
 };
 
-// Converts and checks the raw flags. Returns an error message, or "" if ok.
-std::string convert(const RawFlags& raw, const CLI::App& app, LaunchOptions& opts) {
+// Workers and nodes: how many, and which node this is.
+std::string convert_layout(const RawFlags& raw, LaunchOptions& opts) {
   auto nproc = to_long(raw.nproc_per_node);
   if (!nproc || *nproc < 1 || *nproc > 4096) {
     return fmt::format(
@@ -128,6 +128,14 @@ std::string convert(const RawFlags& raw, const CLI::App& app, LaunchOptions& opt
   if (*nproc * *nnodes > INT_MAX / 2) {
     return fmt::format("--nnodes {} x --nproc-per-node {} is too many ranks", *nnodes, *nproc);
   }
+  opts.nproc_per_node = static_cast<int>(*nproc);
+  opts.nnodes = static_cast<int>(*nnodes);
+  opts.node_rank = static_cast<int>(*node_rank);
+  return "";
+}
+
+// Where rank 0 hosts the store, and how long stopping a worker may take.
+std::string convert_rendezvous_and_grace(const RawFlags& raw, LaunchOptions& opts) {
   auto port = to_long(raw.master_port);
   if (!port || *port < 1 || *port > 65535) {
     return fmt::format("--master-port must be a TCP port from 1 to 65535, got '{}' "
@@ -144,58 +152,41 @@ std::string convert(const RawFlags& raw, const CLI::App& app, LaunchOptions& opt
                        "(e.g. --grace-period 5)",
                        raw.grace_period);
   }
-  if (raw.standalone) {
-    // --standalone owns the rendezvous address; silently ignoring the user's
-    // choice would be worse than saying so.
-    if (*nnodes != 1) {
-      return fmt::format("--standalone runs a single node but --nnodes is {}; drop --standalone "
-                         "and give --master-addr/--master-port for a multi-node job",
-                         *nnodes);
-    }
-    for (const char* flag : {"--master-addr", "--master-port"}) {
-      if (app.count(flag) > 0) {
-        return fmt::format("--standalone picks MASTER_ADDR=127.0.0.1 and a free port itself; "
-                           "drop {} or drop --standalone",
-                           flag);
-      }
-    }
-  }
-  opts.nproc_per_node = static_cast<int>(*nproc);
-  opts.nnodes = static_cast<int>(*nnodes);
-  opts.node_rank = static_cast<int>(*node_rank);
   opts.master_addr = raw.master_addr;
   opts.master_port = static_cast<int>(*port);
-  opts.standalone = raw.standalone;
-  opts.prefix_output = !raw.no_prefix;
   opts.grace_period_s = *grace;
   return "";
 }
 
-}  // namespace
-
-ParseResult parse_launch_options(int argc, char** argv) {
-  // Split at the first "--" ourselves: everything after it belongs to the
-  // worker, even strings that look like launcher flags.
-  std::vector<std::string> launcher_args;
-  std::vector<std::string> command;
-  bool saw_separator = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!saw_separator && std::strcmp(argv[i], "--") == 0) {
-      saw_separator = true;
-      continue;
-    }
-    (saw_separator ? command : launcher_args).emplace_back(argv[i]);
+// --standalone owns the rendezvous address; silently ignoring the user's
+// choice would be worse than saying so.
+std::string check_standalone(const CLI::App& app, int nnodes) {
+  if (nnodes != 1) {
+    return fmt::format("--standalone runs a single node but --nnodes is {}; drop --standalone "
+                       "and give --master-addr/--master-port for a multi-node job",
+                       nnodes);
   }
+  for (const char* flag : {"--master-addr", "--master-port"}) {
+    if (app.count(flag) > 0) {
+      return fmt::format("--standalone picks MASTER_ADDR=127.0.0.1 and a free port itself; "
+                         "drop {} or drop --standalone",
+                         flag);
+    }
+  }
+  return "";
+}
 
-  RawFlags raw;
-  CLI::App app{kDescription, "fsdp-run"};
-  app.footer(kFooter);
-  auto formatter = std::make_shared<LauncherFormatter>();
-  formatter->column_width(36);
-  app.formatter(formatter);
-  // Without "--", stop at the program name (torchrun's `torchrun ... train.py
-  // --lr 1` form) and leave it and its arguments in app.remaining().
-  app.prefix_command(true);
+// Converts and checks the raw flags. Returns an error message, or "" if ok.
+std::string convert(const RawFlags& raw, const CLI::App& app, LaunchOptions& opts) {
+  std::string error = convert_layout(raw, opts);
+  if (error.empty()) error = convert_rendezvous_and_grace(raw, opts);
+  if (error.empty() && raw.standalone) error = check_standalone(app, opts.nnodes);
+  opts.standalone = raw.standalone;
+  opts.prefix_output = !raw.no_prefix;
+  return error;
+}
+
+void add_launcher_flags(CLI::App& app, RawFlags& raw) {
   app.add_option("--nproc-per-node,--nproc_per_node", raw.nproc_per_node,
                  "Workers to start on this node")
       ->type_name("N")
@@ -226,9 +217,70 @@ ParseResult parse_launch_options(int argc, char** argv) {
                  "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->type_name("SECONDS")
       ->capture_default_str();
+}
+
+// argv split at the first "--" ourselves: everything after it belongs to
+// the worker, even strings that look like launcher flags.
+struct SplitArgs {
+  std::vector<std::string> launcher_args;
+  std::vector<std::string> command;
+  bool saw_separator = false;
+};
+
+SplitArgs split_at_separator(int argc, char** argv) {
+  SplitArgs split;
+  for (int i = 1; i < argc; ++i) {
+    if (!split.saw_separator && std::strcmp(argv[i], "--") == 0) {
+      split.saw_separator = true;
+      continue;
+    }
+    (split.saw_separator ? split.command : split.launcher_args).emplace_back(argv[i]);
+  }
+  return split;
+}
+
+// Settles args.command from what CLI11 left unparsed (torchrun's form
+// without "--" starts the program there). Returns an error, or "" if ok.
+std::string take_worker_command(const std::vector<std::string>& before_separator,
+                                SplitArgs& args) {
+  if (!before_separator.empty()) {
+    const std::string& first = before_separator.front();
+    if (!first.empty() && first[0] == '-') {
+      return fmt::format("unknown option '{}' (see fsdp-run --help; the worker command goes "
+                         "after '--')",
+                         first);
+    }
+    if (args.saw_separator) {
+      return fmt::format("unexpected argument '{}' before '--'; put the program and its "
+                         "arguments after '--'",
+                         first);
+    }
+    args.command = before_separator;
+  }
+  if (args.command.empty() || args.command.front().empty()) {
+    return "no program to run; give it after '--', e.g. fsdp-run --nproc-per-node 2 -- "
+           "./train --steps 10";
+  }
+  return "";
+}
+
+}  // namespace
+
+ParseResult parse_launch_options(int argc, char** argv) {
+  SplitArgs args = split_at_separator(argc, argv);
+  RawFlags raw;
+  CLI::App app{kDescription, "fsdp-run"};
+  app.footer(kFooter);
+  auto formatter = std::make_shared<LauncherFormatter>();
+  formatter->column_width(36);
+  app.formatter(formatter);
+  // Without "--", stop at the program name (torchrun's `torchrun ... train.py
+  // --lr 1` form) and leave it and its arguments in app.remaining().
+  app.prefix_command(true);
+  add_launcher_flags(app, raw);
 
   // CLI11 wants argv order reversed when given a vector.
-  std::vector<std::string> reversed(launcher_args.rbegin(), launcher_args.rend());
+  std::vector<std::string> reversed(args.launcher_args.rbegin(), args.launcher_args.rend());
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp& e) {
@@ -239,36 +291,14 @@ ParseResult parse_launch_options(int argc, char** argv) {
     return {std::nullopt, kBadInput};
   }
 
-  std::vector<std::string> before_separator = app.remaining();
-  if (!before_separator.empty()) {
-    const std::string& first = before_separator.front();
-    if (!first.empty() && first[0] == '-') {
-      print_error(fmt::format("unknown option '{}' (see fsdp-run --help; the worker command goes "
-                              "after '--')",
-                              first));
-      return {std::nullopt, kBadInput};
-    }
-    if (saw_separator) {
-      print_error(fmt::format("unexpected argument '{}' before '--'; put the program and its "
-                              "arguments after '--'",
-                              first));
-      return {std::nullopt, kBadInput};
-    }
-    command = before_separator;
-  }
-  if (command.empty() || command.front().empty()) {
-    print_error("no program to run; give it after '--', e.g. fsdp-run --nproc-per-node 2 -- "
-                "./train --steps 10");
-    return {std::nullopt, kBadInput};
-  }
-
   LaunchOptions opts;
-  std::string error = convert(raw, app, opts);
+  std::string error = take_worker_command(app.remaining(), args);
+  if (error.empty()) error = convert(raw, app, opts);
   if (!error.empty()) {
     print_error(error);
     return {std::nullopt, kBadInput};
   }
-  opts.command = std::move(command);
+  opts.command = std::move(args.command);
   return {std::move(opts), 0};
 }
 

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <optional>
 
 #include "signal_pipe.h"
 
@@ -58,40 +59,66 @@ void close_pair(int fds[2]) {
   _exit(127);  // not reached
 }
 
+// NULL-terminated pointers into `strings`, for execve. Built before fork:
+// allocation is not safe in the child.
+std::vector<char*> c_strings(const std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (const auto& s : strings) pointers.push_back(const_cast<char*>(s.c_str()));
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+// One spawn's pipes, all close-on-exec: the worker's stdout and stderr (only
+// when captured; else -1) and the exec-status pipe.
+struct SpawnPipes {
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  int status[2] = {-1, -1};
+};
+
+// Returns "" or what failed; on failure no pipe is left open.
+std::string open_pipes(bool capture_output, SpawnPipes& pipes) {
+  if ((capture_output && (pipe2(pipes.out, O_CLOEXEC) != 0 || pipe2(pipes.err, O_CLOEXEC) != 0)) ||
+      pipe2(pipes.status, O_CLOEXEC) != 0) {
+    std::string error = fmt::format("pipe2() failed: {}", std::strerror(errno));
+    close_pair(pipes.out);
+    close_pair(pipes.err);
+    return error;
+  }
+  return "";
+}
+
+// Waits for the exec-status pipe: EOF means execve succeeded (the pipe closed
+// on exec), nullopt; an int means it failed with that errno.
+std::optional<int> read_exec_errno(int status_fd) {
+  int child_errno = 0;
+  size_t got = 0;
+  while (got < sizeof(child_errno)) {
+    ssize_t n = read(status_fd, reinterpret_cast<char*>(&child_errno) + got,
+                     sizeof(child_errno) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got != sizeof(child_errno)) return std::nullopt;
+  return child_errno;
+}
+
 }  // namespace
 
 SpawnedWorker spawn_worker(const SpawnRequest& request) {
   SpawnedWorker worker;
-  // Build argv/envp before fork: allocation is not safe in the child.
-  std::vector<char*> argv;
-  for (const auto& arg : request.argv) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& entry : request.env) envp.push_back(const_cast<char*>(entry.c_str()));
-  envp.push_back(nullptr);
-
-  int out_pipe[2] = {-1, -1};
-  int err_pipe[2] = {-1, -1};
-  int status_pipe[2] = {-1, -1};
-  if (request.capture_output &&
-      (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
-    worker.error = fmt::format("pipe2() failed: {}", std::strerror(errno));
-    close_pair(out_pipe);
-    close_pair(err_pipe);
-    return worker;
-  }
-  if (pipe2(status_pipe, O_CLOEXEC) != 0) {
-    worker.error = fmt::format("pipe2() failed: {}", std::strerror(errno));
-    close_pair(out_pipe);
-    close_pair(err_pipe);
-    return worker;
-  }
+  std::vector<char*> argv = c_strings(request.argv);
+  std::vector<char*> envp = c_strings(request.env);
+  SpawnPipes pipes;
+  worker.error = open_pipes(request.capture_output, pipes);
+  if (!worker.error.empty()) return worker;
 
   pid_t launcher_pid = getpid();
   sigset_t previous_mask = SignalPipe::block_all();
   pid_t pid = fork();
   if (pid == 0) {
-    run_child(request, argv.data(), envp.data(), out_pipe[1], err_pipe[1], status_pipe[1],
+    run_child(request, argv.data(), envp.data(), pipes.out[1], pipes.err[1], pipes.status[1],
               launcher_pid, previous_mask);
   }
   int fork_errno = errno;
@@ -102,36 +129,26 @@ SpawnedWorker spawn_worker(const SpawnRequest& request) {
   }
   SignalPipe::restore(previous_mask);
 
-  if (out_pipe[1] >= 0) close(out_pipe[1]);
-  if (err_pipe[1] >= 0) close(err_pipe[1]);
-  close(status_pipe[1]);
+  // The parent keeps only the read ends.
+  if (pipes.out[1] >= 0) close(pipes.out[1]);
+  if (pipes.err[1] >= 0) close(pipes.err[1]);
+  close(pipes.status[1]);
   if (pid < 0) {
     worker.error = fmt::format("fork() failed: {}", std::strerror(fork_errno));
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    close(status_pipe[0]);
+    close(pipes.out[0]);
+    close(pipes.err[0]);
+    close(pipes.status[0]);
     return worker;
   }
 
   worker.pid = pid;
-  worker.stdout_fd = out_pipe[0];
-  worker.stderr_fd = err_pipe[0];
-
-  // EOF here means execve succeeded (the pipe closed on exec); an int means
-  // it failed with that errno.
-  int child_errno = 0;
-  size_t got = 0;
-  while (got < sizeof(child_errno)) {
-    ssize_t n = read(status_pipe[0], reinterpret_cast<char*>(&child_errno) + got,
-                     sizeof(child_errno) - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  close(status_pipe[0]);
-  if (got == sizeof(child_errno)) {
-    worker.exec_errno = child_errno;
-    worker.error = fmt::format("cannot execute '{}': {}", request.path, std::strerror(child_errno));
+  worker.stdout_fd = pipes.out[0];
+  worker.stderr_fd = pipes.err[0];
+  const std::optional<int> child_errno = read_exec_errno(pipes.status[0]);
+  close(pipes.status[0]);
+  if (child_errno) {
+    worker.exec_errno = *child_errno;
+    worker.error = fmt::format("cannot execute '{}': {}", request.path, std::strerror(*child_errno));
   }
   return worker;
 }

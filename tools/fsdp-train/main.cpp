@@ -18,7 +18,6 @@
 // training.
 
 #include <ATen/Parallel.h>
-#include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
@@ -34,6 +33,7 @@
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
+#include "fsdp/error_message.h"
 #include "resume_config.h"
 #include "run_dir.h"
 #include "train_options.h"
@@ -41,13 +41,11 @@
 
 namespace {
 
+using fsdp_train::TrainOptions;
+using fsdp_train::TrainSetup;
+
 constexpr int kBadInput = 2;
 constexpr int kFailed = 1;
-
-std::string message_of(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
-}
 
 // Ranks on one machine share its cores: give each 1/LOCAL_WORLD_SIZE of them
 // unless OMP_NUM_THREADS says otherwise.
@@ -59,17 +57,96 @@ int threads_per_rank(int local_world_size) {
   return std::max(1, cores / std::max(1, local_world_size));
 }
 
+// --resume first: options left out default to the checkpoint's.
+void adopt_resume_checkpoint(TrainSetup& setup, std::vector<std::string>& errors) {
+  TrainOptions& o = setup.options;
+  if (o.resume.empty()) return;
+  try {
+    setup.resume_dir = fsdp_train::resolve_resume_dir(o.resume);
+    const fsdp::ckpt::Reader reader = fsdp::ckpt::Reader::open(setup.resume_dir);
+    setup.resume_step = reader.step();
+    for (auto& e : fsdp_train::adopt_checkpoint_options(o, reader.extras(), setup.resume_dir)) {
+      errors.push_back(std::move(e));
+    }
+    if (errors.empty() && setup.resume_step >= o.steps) {
+      errors.push_back(fmt::format(
+          "--resume '{}' is at step {}, and --steps is {}: nothing is left to train; pass a "
+          "larger --steps (the cosine schedule then spans the new total)",
+          setup.resume_dir, setup.resume_step, o.steps));
+    }
+  } catch (const std::exception& e) {
+    errors.push_back(fsdp::error_message(e));
+  }
+}
+
+// The corpus, and a warning when a resumed run would continue on other data.
+void load_training_data(TrainSetup& setup, std::vector<std::string>& errors) {
+  const TrainOptions& o = setup.options;
+  if (o.context > 0) {
+    try {
+      setup.corpus = fsdp_train::load_corpus(o.data, o.context);
+    } catch (const std::exception& e) {
+      errors.push_back(fsdp::error_message(e));
+    }
+  }
+  if (!setup.resume_dir.empty() && errors.empty()) {
+    setup.corpus_warning = fsdp_train::corpus_mismatch_warning(
+        setup.corpus, fsdp::ckpt::Reader::open(setup.resume_dir).extras());
+  }
+}
+
+// Every input, checked on every rank before any heavy work or collective.
+// The verdict depends only on the arguments, the files and the world size,
+// so all ranks exit together when something is wrong.
+std::vector<std::string> check_inputs(TrainSetup& setup, int world_size) {
+  std::vector<std::string> errors;
+  adopt_resume_checkpoint(setup, errors);
+  for (auto& e : fsdp_train::check_options(setup.options, world_size, &setup.layout)) {
+    errors.push_back(std::move(e));
+  }
+  load_training_data(setup, errors);
+  // The run dir (or, for the default runs/<timestamp>, runs/) must be
+  // creatable; every rank checks, since every rank writes checkpoints.
+  const std::string& run_dir = setup.options.run_dir;
+  if (const std::string problem =
+          fsdp_train::check_run_dir(run_dir.empty() ? std::string("runs") : run_dir);
+      !problem.empty()) {
+    errors.push_back(problem);
+  }
+  return errors;
+}
+
+int report_bad_input(const std::vector<std::string>& errors) {
+  for (const auto& e : errors) std::fprintf(stderr, "fsdp-train: error: %s\n", e.c_str());
+  std::fprintf(stderr, "fsdp-train: run with --help for every option and its default\n");
+  return kBadInput;
+}
+
+// Creates the process group (alone: a one-rank group over a HashStore) and
+// trains. A failure from here on is not the input's: exit 1.
+int train_in_world(TrainSetup& setup, bool distributed, const fsdp::LaunchEnv& env) {
+  try {
+    if (distributed) {
+      setup.world = fsdp::init_process_group_from_env();
+    } else {
+      setup.world = fsdp::make_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1);
+    }
+    return fsdp_train::train(setup);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdp-train: error%s: %s\n",
+                 distributed ? fmt::format(" on rank {}", env.rank).c_str() : "",
+                 fsdp::error_message(e).c_str());
+    return kFailed;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace fsdp_train;
-  ParseResult parsed = parse_train_options(argc, argv);
+  fsdp_train::ParseResult parsed = fsdp_train::parse_train_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
-
   TrainSetup setup;
   setup.options = std::move(*parsed.options);
-  TrainOptions& o = setup.options;
-  std::vector<std::string> errors;
 
   // Where this process sits. Nothing here talks to other ranks.
   fsdp::LaunchEnv env;
@@ -78,73 +155,16 @@ int main(int argc, char** argv) {
     try {
       env = fsdp::read_launch_env();
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "fsdp-train: error: %s\n", message_of(e).c_str());
+      std::fprintf(stderr, "fsdp-train: error: %s\n", fsdp::error_message(e).c_str());
       return kBadInput;
     }
   }
   setup.launcher = distributed ? env.source : "standalone";
 
-  // --resume first: options left out default to the checkpoint's.
-  if (!o.resume.empty()) {
-    try {
-      setup.resume_dir = resolve_resume_dir(o.resume);
-      const fsdp::ckpt::Reader reader = fsdp::ckpt::Reader::open(setup.resume_dir);
-      setup.resume_step = reader.step();
-      for (auto& e : adopt_checkpoint_options(o, reader.extras(), setup.resume_dir)) {
-        errors.push_back(std::move(e));
-      }
-      if (errors.empty() && setup.resume_step >= o.steps) {
-        errors.push_back(fmt::format(
-            "--resume '{}' is at step {}, and --steps is {}: nothing is left to train; pass a "
-            "larger --steps (the cosine schedule then spans the new total)",
-            setup.resume_dir, setup.resume_step, o.steps));
-      }
-    } catch (const std::exception& e) {
-      errors.push_back(message_of(e));
-    }
-  }
-
-  for (auto& e : check_options(o, env.world_size, &setup.layout)) errors.push_back(std::move(e));
-
-  if (o.context > 0) {
-    try {
-      setup.corpus = load_corpus(o.data, o.context);
-    } catch (const std::exception& e) {
-      errors.push_back(message_of(e));
-    }
-  }
-  if (!setup.resume_dir.empty() && errors.empty()) {
-    setup.corpus_warning =
-        corpus_mismatch_warning(setup.corpus, fsdp::ckpt::Reader::open(setup.resume_dir).extras());
-  }
-
-  // The run dir (or, for the default runs/<timestamp>, runs/) must be
-  // creatable; every rank checks, since every rank writes checkpoints.
-  if (const std::string problem = check_run_dir(o.run_dir.empty() ? std::string("runs") : o.run_dir);
-      !problem.empty()) {
-    errors.push_back(problem);
-  }
-
-  if (!errors.empty()) {
-    for (const auto& e : errors) std::fprintf(stderr, "fsdp-train: error: %s\n", e.c_str());
-    std::fprintf(stderr, "fsdp-train: run with --help for every option and its default\n");
-    return kBadInput;
-  }
+  const std::vector<std::string> errors = check_inputs(setup, env.world_size);
+  if (!errors.empty()) return report_bad_input(errors);
 
   setup.threads = threads_per_rank(distributed ? env.local_world_size : 1);
   at::set_num_threads(setup.threads);
-
-  try {
-    if (distributed) {
-      setup.world = fsdp::init_process_group_from_env();
-    } else {
-      setup.world = fsdp::make_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1);
-    }
-    return train(setup);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fsdp-train: error%s: %s\n",
-                 distributed ? fmt::format(" on rank {}", env.rank).c_str() : "",
-                 message_of(e).c_str());
-    return kFailed;
-  }
+  return train_in_world(setup, distributed, env);
 }

@@ -59,16 +59,7 @@ std::string long_name(const CLI::Option* option) {
   return name;
 }
 
-}  // namespace
-
-ParseResult parse_train_options(int argc, char** argv) {
-  TrainOptions o;
-  CLI::App app(kDescription, "fsdp-train");
-  app.footer(kFooter);
-  app.get_formatter()->column_width(34);
-  std::vector<CLI::Option*> all;
-  OptionRecorder rec(all);
-
+void add_model_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* model = app.add_option_group("Model", "a GPT over bytes; each block is an FSDP unit");
   rec(model->add_option("--layers", o.layers, "transformer blocks")->capture_default_str());
   rec(model->add_option("--width", o.width, "model width (d_model)")->capture_default_str());
@@ -76,7 +67,9 @@ ParseResult parse_train_options(int argc, char** argv) {
           ->capture_default_str());
   rec(model->add_option("--context", o.context, "bytes per training window")
           ->capture_default_str());
+}
 
+void add_data_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* data = app.add_option_group("Data and batch");
   rec(data->add_option("--data", o.data,
                        "text file to train on (default: every plain-text file of "
@@ -91,7 +84,9 @@ ParseResult parse_train_options(int argc, char** argv) {
   rec(data->add_option("--grad-accum", o.grad_accum,
                        "micro-batches accumulated per step, without gradient sync but the "
                        "last (default: 1, or batch / world size / micro-batch)"));
+}
 
+void add_optimizer_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* optim = app.add_option_group("Optimization", "AdamW (betas 0.9, 0.95), warmup, cosine decay");
   rec(optim->add_option("--lr", o.lr, "peak learning rate")->capture_default_str());
   rec(optim->add_option("--min-lr", o.min_lr, "learning rate at the end of the cosine decay")
@@ -111,7 +106,9 @@ ParseResult parse_train_options(int argc, char** argv) {
           ->capture_default_str());
   rec(optim->add_option("--seed", o.seed, "seed of the initial weights and of every batch")
           ->capture_default_str());
+}
 
+void add_fsdp_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* fsdp = app.add_option_group("FSDP");
   rec(fsdp->add_option("--strategy", o.strategy,
                        "full (ZeRO-3) | grad-op (ZeRO-2) | none (DDP-like)")
@@ -124,7 +121,9 @@ ParseResult parse_train_options(int argc, char** argv) {
                      "keep sharded parameters and gradients in host memory (default: off)"));
   rec(fsdp->add_flag("--no-prefetch", o.no_prefetch,
                      "do not all-gather the next unit ahead of use (default: prefetch on)"));
+}
 
+void add_eval_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* eval = app.add_option_group("Evaluation and sampling");
   rec(eval->add_option("--eval-every", o.eval_every,
                        "validation loss every K steps (0: only at the end)")
@@ -139,7 +138,9 @@ ParseResult parse_train_options(int argc, char** argv) {
           ->capture_default_str());
   rec(eval->add_option("--prompt", o.prompt, "text the sample starts from")
           ->capture_default_str());
+}
 
+void add_output_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* out = app.add_option_group("Output and checkpoints");
   rec(out->add_option("--run-dir", o.run_dir,
                       "where metrics, plot and checkpoints go (default: runs/<timestamp>)"));
@@ -155,6 +156,23 @@ ParseResult parse_train_options(int argc, char** argv) {
                       "25 lines per run)")
           ->capture_default_str());
   rec(out->add_flag("--quiet", o.quiet, "no progress lines and no printed sample (sample.txt is still written); the header and summary only"));
+}
+
+}  // namespace
+
+ParseResult parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  CLI::App app(kDescription, "fsdp-train");
+  app.footer(kFooter);
+  app.get_formatter()->column_width(34);
+  std::vector<CLI::Option*> all;
+  OptionRecorder rec(all);
+  add_model_options(app, o, rec);
+  add_data_options(app, o, rec);
+  add_optimizer_options(app, o, rec);
+  add_fsdp_options(app, o, rec);
+  add_eval_options(app, o, rec);
+  add_output_options(app, o, rec);
 
   try {
     app.parse(argc, argv);
@@ -173,75 +191,91 @@ ParseResult parse_train_options(int argc, char** argv) {
   return {std::move(o), 0};
 }
 
-std::vector<std::string> check_options(const TrainOptions& o, int world_size, BatchLayout* layout) {
-  std::vector<std::string> errors;
-  auto positive = [&](const char* name, int64_t value, const char* example) {
-    if (value <= 0) {
-      errors.push_back(fmt::format("--{} is {}; it must be a positive integer (e.g. --{} {})",
-                                   name, value, name, example));
-    }
-  };
-  auto non_negative = [&](const char* name, double value, const char* meaning) {
-    if (!(value >= 0) || !std::isfinite(value)) {
-      errors.push_back(fmt::format("--{} is {}; it must be >= 0 ({})", name, value, meaning));
-    }
-  };
-  positive("layers", o.layers, "4");
-  positive("width", o.width, "128");
-  positive("heads", o.heads, "4");
-  positive("context", o.context, "128");
-  positive("batch", o.batch, "32");
-  positive("steps", o.steps, "500");
-  positive("eval-batches", o.eval_batches, "4");
-  if (o.width > 0 && o.heads > 0 && o.width % o.heads != 0) {
-    // Suggest the head counts that divide the width closest to the asked one.
-    std::vector<int64_t> divisors;
-    for (int64_t h = 1; h <= o.width; ++h) {
-      if (o.width % h == 0) divisors.push_back(h);
-    }
-    std::stable_sort(divisors.begin(), divisors.end(), [&o](int64_t a, int64_t b) {
-      return std::llabs(a - o.heads) < std::llabs(b - o.heads);
-    });
-    divisors.resize(std::min<size_t>(divisors.size(), 4));
-    std::sort(divisors.begin(), divisors.end());
-    errors.push_back(fmt::format(
-        "--heads {} does not divide --width {}: each head needs width/heads channels; pick "
-        "--heads from {{{}}} or a --width that is a multiple of {}",
-        o.heads, o.width, fmt::join(divisors, ", "), o.heads));
+namespace {
+
+// [Note: option checks]
+// check_options runs in two parts: validate_options looks at each option's
+// value on its own, and derive_batch_layout works out how the global batch
+// splits at this world size (which can fail too, for a valid --batch). Both
+// append to one list, so a user sees every problem at once, and each
+// message names the option, the value and the fix.
+
+void require_positive(std::vector<std::string>& errors, const char* name, int64_t value,
+                      const char* example) {
+  if (value <= 0) {
+    errors.push_back(fmt::format("--{} is {}; it must be a positive integer (e.g. --{} {})", name,
+                                 value, name, example));
   }
+}
+
+// `meaning` says what 0 does, e.g. "0 turns it off".
+template <class Number>
+void require_non_negative(std::vector<std::string>& errors, const char* name, Number value,
+                          const char* meaning) {
+  if (!(value >= 0) || !std::isfinite(static_cast<double>(value))) {
+    errors.push_back(fmt::format("--{} is {}; it must be >= 0 ({})", name, value, meaning));
+  }
+}
+
+// Suggests the head counts that divide the width closest to the asked one.
+std::string heads_do_not_divide_width(const TrainOptions& o) {
+  std::vector<int64_t> divisors;
+  for (int64_t h = 1; h <= o.width; ++h) {
+    if (o.width % h == 0) divisors.push_back(h);
+  }
+  std::stable_sort(divisors.begin(), divisors.end(), [&o](int64_t a, int64_t b) {
+    return std::llabs(a - o.heads) < std::llabs(b - o.heads);
+  });
+  divisors.resize(std::min<size_t>(divisors.size(), 4));
+  std::sort(divisors.begin(), divisors.end());
+  return fmt::format(
+      "--heads {} does not divide --width {}: each head needs width/heads channels; pick "
+      "--heads from {{{}}} or a --width that is a multiple of {}",
+      o.heads, o.width, fmt::join(divisors, ", "), o.heads);
+}
+
+void validate_sizes(const TrainOptions& o, std::vector<std::string>& errors) {
+  require_positive(errors, "layers", o.layers, "4");
+  require_positive(errors, "width", o.width, "128");
+  require_positive(errors, "heads", o.heads, "4");
+  require_positive(errors, "context", o.context, "128");
+  require_positive(errors, "batch", o.batch, "32");
+  require_positive(errors, "steps", o.steps, "500");
+  require_positive(errors, "eval-batches", o.eval_batches, "4");
+  if (o.width > 0 && o.heads > 0 && o.width % o.heads != 0) {
+    errors.push_back(heads_do_not_divide_width(o));
+  }
+}
+
+void validate_optimizer(const TrainOptions& o, std::vector<std::string>& errors) {
   if (!(o.lr > 0) || !std::isfinite(o.lr)) {
     errors.push_back(fmt::format("--lr is {}; it must be > 0 (e.g. --lr 3e-3)", o.lr));
   }
-  non_negative("min-lr", o.min_lr, "the learning rate the cosine decays to");
+  require_non_negative(errors, "min-lr", o.min_lr, "the learning rate the cosine decays to");
   if (o.lr > 0 && o.min_lr > o.lr) {
     errors.push_back(fmt::format("--min-lr {} is above --lr {}; the cosine decays from --lr down "
                                  "to --min-lr, so pass a smaller --min-lr",
                                  o.min_lr, o.lr));
   }
   if (o.warmup < 0) errors.push_back(fmt::format("--warmup is {}; it must be >= 0 steps", o.warmup));
-  non_negative("weight-decay", o.weight_decay, "0 turns it off");
-  non_negative("clip", o.clip, "0 turns clipping off");
-  non_negative("time-budget", o.time_budget, "seconds; 0 means no limit");
-  non_negative("temperature", o.temperature, "0 samples greedily");
-  if (o.save_every < 0) {
-    errors.push_back(fmt::format("--save-every is {}; it must be >= 0 (0: final checkpoint only)",
-                                 o.save_every));
-  }
-  if (o.eval_every < 0) {
-    errors.push_back(fmt::format("--eval-every is {}; it must be >= 0 (0: at the end only)",
-                                 o.eval_every));
-  }
-  if (o.sample_bytes < 0) {
-    errors.push_back(fmt::format("--sample-bytes is {}; it must be >= 0 (0: no sample)",
-                                 o.sample_bytes));
-  }
-  if (o.log_every < 0) {
-    errors.push_back(fmt::format("--log-every is {}; it must be >= 0 (0: automatic)", o.log_every));
-  }
+  require_non_negative(errors, "weight-decay", o.weight_decay, "0 turns it off");
+  require_non_negative(errors, "clip", o.clip, "0 turns clipping off");
+  require_non_negative(errors, "time-budget", o.time_budget, "seconds; 0 means no limit");
+}
+
+void validate_sampling_and_output(const TrainOptions& o, std::vector<std::string>& errors) {
+  require_non_negative(errors, "temperature", o.temperature, "0 samples greedily");
+  require_non_negative(errors, "save-every", o.save_every, "0: final checkpoint only");
+  require_non_negative(errors, "eval-every", o.eval_every, "0: at the end only");
+  require_non_negative(errors, "sample-bytes", o.sample_bytes, "0: no sample");
+  require_non_negative(errors, "log-every", o.log_every, "0: automatic");
   if (o.sample_bytes > 0 && o.prompt.empty()) {
     errors.push_back("--prompt is empty; generation needs at least one byte to start from (e.g. "
                      "--prompt 'The ')");
   }
+}
+
+void validate_choices(const TrainOptions& o, std::vector<std::string>& errors) {
   if (o.strategy != "full" && o.strategy != "grad-op" && o.strategy != "none") {
     errors.push_back(fmt::format("--strategy '{}' is not one of: full (ZeRO-3), grad-op (ZeRO-2), "
                                  "none (replicated, like DDP)",
@@ -251,67 +285,103 @@ std::vector<std::string> check_options(const TrainOptions& o, int world_size, Ba
     errors.push_back(fmt::format("--mixed-precision '{}' is not one of: fp32, bf16",
                                  o.mixed_precision));
   }
+}
 
-  // The batch split. A rank with no sequences would have nothing to train.
-  if (o.batch > 0 && world_size > 0) {
-    BatchLayout split;
-    split.world_size = world_size;
-    bool ok = true;
-    if (world_size > o.batch) {
-      errors.push_back(fmt::format(
-          "world size {} is larger than the global batch {}: every rank needs at least one "
-          "sequence per step; pass --batch {} (or more) or run at most {} ranks",
-          world_size, o.batch, world_size, o.batch));
-      ok = false;
-    } else if (o.batch % world_size != 0) {
-      const int64_t up = (o.batch / world_size + 1) * world_size;
-      errors.push_back(fmt::format(
-          "--batch {} is not divisible by the world size {}: each rank takes an equal slice of "
-          "the global batch; pass --batch {} or --batch {}",
-          o.batch, world_size, up, up - world_size));
-      ok = false;
-    }
-    if (ok) {
-      split.per_rank = o.batch / world_size;
-      if (o.micro_batch < 0 || o.grad_accum < 0) {
-        errors.push_back(fmt::format("--micro-batch {} / --grad-accum {}: both must be positive "
-                                     "(or left out)",
-                                     o.micro_batch, o.grad_accum));
-        ok = false;
-      } else if (o.micro_batch > 0) {
-        if (split.per_rank % o.micro_batch != 0) {
-          errors.push_back(fmt::format(
-              "--micro-batch {} does not divide the per-rank batch {} (--batch {} over {} "
-              "ranks); pass a --micro-batch that divides {}",
-              o.micro_batch, split.per_rank, o.batch, world_size, split.per_rank));
-          ok = false;
-        } else {
-          split.micro_batch = o.micro_batch;
-          split.grad_accum = split.per_rank / o.micro_batch;
-          if (o.grad_accum > 0 && o.grad_accum != split.grad_accum) {
-            errors.push_back(fmt::format(
-                "--grad-accum {} disagrees with --micro-batch {}: --batch {} over {} ranks is {} "
-                "sequences per rank, i.e. {} micro-batches; pass only one of the two",
-                o.grad_accum, o.micro_batch, o.batch, world_size, split.per_rank,
-                split.grad_accum));
-            ok = false;
-          }
-        }
-      } else {
-        split.grad_accum = o.grad_accum > 0 ? o.grad_accum : 1;
-        if (split.per_rank % split.grad_accum != 0) {
-          errors.push_back(fmt::format(
-              "--grad-accum {} does not divide the per-rank batch {} (--batch {} over {} ranks); "
-              "pass a --grad-accum that divides {}",
-              split.grad_accum, split.per_rank, o.batch, world_size, split.per_rank));
-          ok = false;
-        } else {
-          split.micro_batch = split.per_rank / split.grad_accum;
-        }
-      }
-    }
-    if (ok && layout != nullptr) *layout = split;
+// Each option's value on its own. See [Note: option checks].
+void validate_options(const TrainOptions& o, std::vector<std::string>& errors) {
+  validate_sizes(o, errors);
+  validate_optimizer(o, errors);
+  validate_sampling_and_output(o, errors);
+  validate_choices(o, errors);
+}
+
+// Every rank takes an equal, non-empty slice of the global batch: "" when
+// --batch splits over `world_size` ranks, else why not and the fix.
+std::string batch_over_ranks_error(const TrainOptions& o, int world_size) {
+  if (world_size > o.batch) {
+    return fmt::format(
+        "world size {} is larger than the global batch {}: every rank needs at least one "
+        "sequence per step; pass --batch {} (or more) or run at most {} ranks",
+        world_size, o.batch, world_size, o.batch);
   }
+  if (o.batch % world_size != 0) {
+    const int64_t up = (o.batch / world_size + 1) * world_size;
+    return fmt::format(
+        "--batch {} is not divisible by the world size {}: each rank takes an equal slice of "
+        "the global batch; pass --batch {} or --batch {}",
+        o.batch, world_size, up, up - world_size);
+  }
+  return "";
+}
+
+// --micro-batch given: grad_accum follows (and must agree if given too).
+std::string split_by_micro_batch(const TrainOptions& o, BatchLayout& split) {
+  if (split.per_rank % o.micro_batch != 0) {
+    return fmt::format(
+        "--micro-batch {} does not divide the per-rank batch {} (--batch {} over {} "
+        "ranks); pass a --micro-batch that divides {}",
+        o.micro_batch, split.per_rank, o.batch, split.world_size, split.per_rank);
+  }
+  split.micro_batch = o.micro_batch;
+  split.grad_accum = split.per_rank / o.micro_batch;
+  if (o.grad_accum > 0 && o.grad_accum != split.grad_accum) {
+    return fmt::format(
+        "--grad-accum {} disagrees with --micro-batch {}: --batch {} over {} ranks is {} "
+        "sequences per rank, i.e. {} micro-batches; pass only one of the two",
+        o.grad_accum, o.micro_batch, o.batch, split.world_size, split.per_rank, split.grad_accum);
+  }
+  return "";
+}
+
+// --micro-batch left out: it follows from --grad-accum (default 1).
+std::string split_by_grad_accum(const TrainOptions& o, BatchLayout& split) {
+  split.grad_accum = o.grad_accum > 0 ? o.grad_accum : 1;
+  if (split.per_rank % split.grad_accum != 0) {
+    return fmt::format(
+        "--grad-accum {} does not divide the per-rank batch {} (--batch {} over {} ranks); "
+        "pass a --grad-accum that divides {}",
+        split.grad_accum, split.per_rank, o.batch, split.world_size, split.per_rank);
+  }
+  split.micro_batch = split.per_rank / split.grad_accum;
+  return "";
+}
+
+// How the global batch splits over `world_size` ranks, or nullopt (and the
+// reason appended to `errors`) when it does not. Nothing when --batch or the
+// world size is not positive: validate_options reports that.
+// See [Note: option checks].
+std::optional<BatchLayout> derive_batch_layout(const TrainOptions& o, int world_size,
+                                               std::vector<std::string>& errors) {
+  if (o.batch <= 0 || world_size <= 0) return std::nullopt;
+  std::string error = batch_over_ranks_error(o, world_size);
+  if (!error.empty()) {
+    errors.push_back(std::move(error));
+    return std::nullopt;
+  }
+  BatchLayout split;
+  split.world_size = world_size;
+  split.per_rank = o.batch / world_size;
+  if (o.micro_batch < 0 || o.grad_accum < 0) {
+    errors.push_back(fmt::format("--micro-batch {} / --grad-accum {}: both must be positive "
+                                 "(or left out)",
+                                 o.micro_batch, o.grad_accum));
+    return std::nullopt;
+  }
+  error = o.micro_batch > 0 ? split_by_micro_batch(o, split) : split_by_grad_accum(o, split);
+  if (!error.empty()) {
+    errors.push_back(std::move(error));
+    return std::nullopt;
+  }
+  return split;
+}
+
+}  // namespace
+
+std::vector<std::string> check_options(const TrainOptions& o, int world_size, BatchLayout* layout) {
+  std::vector<std::string> errors;
+  validate_options(o, errors);
+  const std::optional<BatchLayout> split = derive_batch_layout(o, world_size, errors);
+  if (split && layout != nullptr) *layout = *split;
   return errors;
 }
 

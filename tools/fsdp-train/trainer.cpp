@@ -77,6 +77,34 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(fsdp::Sharded<GPT>& model,
                                                torch::optim::AdamWOptions(o.lr));
 }
 
+// What the loop leaves for the summary.
+struct LoopOutcome {
+  int64_t last_step = 0;
+  bool stopped_by_budget = false;
+  double train_seconds = 0;
+  double first_loss = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> last_losses;  // global mean loss of the last 10 steps
+  std::optional<double> last_val;
+
+  void note_loss(double loss) {
+    if (std::isnan(first_loss)) first_loss = loss;
+    last_losses.push_back(loss);
+    if (last_losses.size() > 10) last_losses.erase(last_losses.begin());
+  }
+  double final_loss() const {
+    double tail = 0;
+    for (double l : last_losses) tail += l;
+    return last_losses.empty() ? 0 : tail / static_cast<double>(last_losses.size());
+  }
+};
+
+// One optimizer step as every rank agrees on it.
+struct AgreedStep {
+  double loss = 0;  // mean over the global batch
+  double grad_norm = 0;
+  bool over_budget = false;  // some rank ran out of --time-budget
+};
+
 class Trainer {
  public:
   explicit Trainer(TrainSetup& setup)
@@ -85,18 +113,35 @@ class Trainer {
         world_(*setup.world),
         rank0_(world_.rank() == 0),
         sampler_(setup.corpus, o_.context, o_.seed),
-        schedule_{o_.lr, o_.min_lr, o_.warmup, o_.steps} {}
+        schedule_{o_.lr, o_.min_lr, o_.warmup, o_.steps},
+        tokens_per_step_(static_cast<double>(o_.batch * o_.context)) {}
 
   int run();
 
  private:
+  // Before the loop.
   void build_model();
+  void resume_if_asked();
+  void start_outputs(const fsdp::MemoryStats& initial);
+  void write_config_json() const;
+  ProgressConfig progress_config() const;
+  // The loop.
+  LoopOutcome train_loop(Progress& progress);
+  AgreedStep optimizer_step(int64_t step, Clock::time_point train_start);
   double train_step(int64_t step);
+  StepRecord step_record(int64_t step, const AgreedStep& agreed, Clock::time_point step_start);
+  void show_step(Progress& progress, const StepRecord& record, bool last);
+  void save_step_checkpoint(Progress& progress, int64_t step);
   double evaluate();
   void save_checkpoint(const std::string& dir, int64_t step);
   std::vector<int64_t> gather(int64_t mine) { return fsdp::all_gather_int64(world_, mine); }
   double estimate_eta(int64_t step, double elapsed) const;
+  // After the loop.
   std::string sample_text();
+  std::vector<RankMemory> gather_rank_memory();
+  void report(const LoopOutcome& loop, std::vector<RankMemory> memory,
+              const std::string& final_dir, const std::string& sample);
+  std::string write_sample(const std::string& sample) const;
 
   TrainSetup& s_;
   const TrainOptions& o_;
@@ -104,13 +149,39 @@ class Trainer {
   const bool rank0_;
   BatchSampler sampler_;
   LrSchedule schedule_;
+  const double tokens_per_step_;
   std::optional<fsdp::Sharded<GPT>> model_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::string run_dir_;
+  std::optional<MetricsLog> metrics_;   // rank 0 only
+  std::vector<int64_t> sharded_bytes_;  // per rank, as built
   int64_t start_step_ = 0;
   double recent_step_s_ = 0;  // moving average of the step time
   int64_t run_peak_gathered_ = 0;
 };
+
+// Every collective below runs on every rank in the same order; only what
+// rank 0 prints and writes is guarded by rank0_.
+int Trainer::run() {
+  build_model();
+  resume_if_asked();
+  run_dir_ = agree_on_run_dir(world_, o_.run_dir);
+  const fsdp::MemoryStats initial = fsdp::memory_stats(**model_);
+  sharded_bytes_ = gather(initial.sharded_param_bytes);
+  if (rank0_) start_outputs(initial);
+
+  Progress progress(progress_config());
+  const LoopOutcome loop = train_loop(progress);
+  progress.finish();
+
+  const std::string final_dir = final_checkpoint_dir(run_dir_);
+  save_checkpoint(final_dir, loop.last_step);
+  std::string sample;
+  if (o_.sample_bytes > 0) sample = sample_text();
+  std::vector<RankMemory> memory = gather_rank_memory();
+  if (rank0_) report(loop, std::move(memory), final_dir, sample);
+  return 0;
+}
 
 void Trainer::build_model() {
   // Every rank builds the same full model from the same seed, then keeps its
@@ -126,6 +197,102 @@ void Trainer::build_model() {
   model_.emplace(fsdp::fully_shard(GPT(config), options));
   model_->get()->train();
   optimizer_ = make_optimizer(*model_, o_);  // after sharding: over the shards
+}
+
+void Trainer::resume_if_asked() {
+  if (s_.resume_dir.empty()) return;
+  const auto loaded =
+      fsdp::ckpt::load_training_state(world_, s_.resume_dir, **model_, optimizer_.get());
+  start_step_ = loaded.step;
+}
+
+// Rank 0: the header, config.json and metrics.jsonl.
+void Trainer::start_outputs(const fsdp::MemoryStats& initial) {
+  if (!s_.corpus_warning.empty()) fmt::print("fsdp-train: {}\n", s_.corpus_warning);
+  RunHeader header;
+  header.options = &o_;
+  header.layout = &s_.layout;
+  header.corpus = &s_.corpus;
+  header.launcher = s_.launcher;
+  header.threads = s_.threads;
+  header.num_params = model_config(o_).num_params();
+  header.unsharded_param_bytes = initial.unsharded_param_bytes;
+  header.run_dir = run_dir_;
+  header.resume_dir = s_.resume_dir;
+  header.start_step = start_step_;
+  print_header(header);
+  write_config_json();
+  metrics_.emplace(run_dir_, start_step_);
+}
+
+// What the checkpoint records, plus what this run chose beyond it.
+void Trainer::write_config_json() const {
+  nlohmann::json config_json = checkpoint_extras(o_, s_.corpus, world_.size());
+  config_json["strategy"] = o_.strategy;
+  config_json["mixed_precision"] = o_.mixed_precision;
+  config_json["offload"] = o_.offload;
+  config_json["prefetch"] = !o_.no_prefetch;
+  config_json["micro_batch"] = s_.layout.micro_batch;
+  config_json["grad_accum"] = s_.layout.grad_accum;
+  config_json["launcher"] = s_.launcher;
+  config_json["resume"] = s_.resume_dir;
+  config_json["start_step"] = start_step_;
+  std::ofstream(std::filesystem::path(run_dir_) / "config.json") << config_json.dump(2) << '\n';
+}
+
+ProgressConfig Trainer::progress_config() const {
+  ProgressConfig pc;
+  pc.enabled = rank0_ && !o_.quiet;
+  pc.terminal = ::isatty(STDOUT_FILENO) != 0;
+  pc.total_steps = o_.steps;
+  pc.log_every =
+      o_.log_every > 0 ? o_.log_every : std::max<int64_t>(1, (o_.steps - start_step_) / 25);
+  pc.time_budget = o_.time_budget;
+  return pc;
+}
+
+LoopOutcome Trainer::train_loop(Progress& progress) {
+  LoopOutcome outcome;
+  const auto train_start = Clock::now();
+  int64_t step = start_step_;
+  while (step < o_.steps) {
+    ++step;
+    const auto step_start = Clock::now();
+    const AgreedStep agreed = optimizer_step(step, train_start);
+    outcome.stopped_by_budget = agreed.over_budget && step < o_.steps;
+    const bool last = step == o_.steps || outcome.stopped_by_budget;
+    StepRecord record = step_record(step, agreed, step_start);
+    if (last || (o_.eval_every > 0 && step % o_.eval_every == 0)) {
+      record.val_loss = evaluate();
+      outcome.last_val = record.val_loss;
+    }
+    record.elapsed_s = seconds_since(train_start);
+    outcome.note_loss(agreed.loss);
+    if (rank0_) show_step(progress, record, last);
+    if (o_.save_every > 0 && step % o_.save_every == 0) save_step_checkpoint(progress, step);
+    if (last) break;
+  }
+  outcome.last_step = step;
+  outcome.train_seconds = seconds_since(train_start);
+  return outcome;
+}
+
+AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) {
+  fsdp::reset_peak_memory_stats(**model_);
+  const double local_loss = train_step(step);
+  AgreedStep agreed;
+  agreed.grad_norm = fsdp::clip_grad_norm_(
+      **model_, o_.clip > 0 ? o_.clip : std::numeric_limits<double>::infinity());
+  optimizer_->step();
+
+  // One all-reduce carries the global mean loss and the stop decision, so
+  // every rank stops after the same step (clocks differ between ranks).
+  const bool over_budget = o_.time_budget > 0 && seconds_since(train_start) >= o_.time_budget;
+  at::Tensor sums = at::tensor({local_loss, over_budget ? 1.0 : 0.0}, at::kDouble);
+  world_.all_reduce(sums, fsdp::ReduceOp::kSum)->wait();
+  agreed.loss = sums[0].item<double>() / world_.size();
+  agreed.over_budget = sums[1].item<double>() > 0;
+  return agreed;
 }
 
 double Trainer::train_step(int64_t step) {
@@ -150,6 +317,45 @@ double Trainer::train_step(int64_t step) {
     loss_sum += loss.item<double>();
   }
   return loss_sum / static_cast<double>(b.grad_accum);
+}
+
+// The step's metrics line, but for val_loss and elapsed_s. Collective: it
+// gathers every rank's peak gathered bytes.
+StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
+                                Clock::time_point step_start) {
+  const int64_t peak = fsdp::memory_stats(**model_).peak_gathered_param_bytes;
+  run_peak_gathered_ = std::max(run_peak_gathered_, peak);
+  const std::vector<int64_t> peaks = gather(peak);
+  const double step_s = seconds_since(step_start);
+  recent_step_s_ = recent_step_s_ == 0 ? step_s : 0.9 * recent_step_s_ + 0.1 * step_s;
+
+  StepRecord record;
+  record.step = step;
+  record.loss = agreed.loss;
+  record.lr = schedule_.at(step);
+  record.grad_norm = agreed.grad_norm;
+  record.ms = 1000.0 * step_s;
+  record.tokens_per_s = tokens_per_step_ / step_s;
+  record.sharded_param_bytes = sharded_bytes_;
+  record.peak_gathered_param_bytes = peaks;
+  return record;
+}
+
+// Rank 0: metrics.jsonl and the progress line.
+void Trainer::show_step(Progress& progress, const StepRecord& record, bool last) {
+  metrics_->append(record);
+  progress.step(record, estimate_eta(record.step, record.elapsed_s), last);
+  if (record.val_loss && !last) {
+    progress.note(
+        fmt::format("  validation loss at step {}: {:.4f}", record.step, *record.val_loss));
+  }
+}
+
+void Trainer::save_step_checkpoint(Progress& progress, int64_t step) {
+  const std::string dir = step_checkpoint_dir(run_dir_, step);
+  const auto save_start = Clock::now();
+  save_checkpoint(dir, step);
+  if (rank0_) progress.note(fmt::format("  saved {} ({:.1f}s)", dir, seconds_since(save_start)));
 }
 
 // Mean loss over --eval-batches fixed global batches of validation bytes.
@@ -190,187 +396,6 @@ double Trainer::estimate_eta(int64_t step, double elapsed) const {
   return eta;
 }
 
-int Trainer::run() {
-  build_model();
-  if (!s_.resume_dir.empty()) {
-    const auto loaded =
-        fsdp::ckpt::load_training_state(world_, s_.resume_dir, **model_, optimizer_.get());
-    start_step_ = loaded.step;
-  }
-  run_dir_ = agree_on_run_dir(world_, o_.run_dir);
-
-  const fsdp::MemoryStats initial = fsdp::memory_stats(**model_);
-  const std::vector<int64_t> sharded_bytes = gather(initial.sharded_param_bytes);
-  const GPTConfig config = model_config(o_);
-  std::optional<MetricsLog> metrics;
-  if (rank0_) {
-    if (!s_.corpus_warning.empty()) fmt::print("fsdp-train: {}\n", s_.corpus_warning);
-    RunHeader header;
-    header.options = &o_;
-    header.layout = &s_.layout;
-    header.corpus = &s_.corpus;
-    header.launcher = s_.launcher;
-    header.threads = s_.threads;
-    header.num_params = config.num_params();
-    header.unsharded_param_bytes = initial.unsharded_param_bytes;
-    header.run_dir = run_dir_;
-    header.resume_dir = s_.resume_dir;
-    header.start_step = start_step_;
-    print_header(header);
-    nlohmann::json config_json = checkpoint_extras(o_, s_.corpus, world_.size());
-    config_json["strategy"] = o_.strategy;
-    config_json["mixed_precision"] = o_.mixed_precision;
-    config_json["offload"] = o_.offload;
-    config_json["prefetch"] = !o_.no_prefetch;
-    config_json["micro_batch"] = s_.layout.micro_batch;
-    config_json["grad_accum"] = s_.layout.grad_accum;
-    config_json["launcher"] = s_.launcher;
-    config_json["resume"] = s_.resume_dir;
-    config_json["start_step"] = start_step_;
-    std::ofstream(std::filesystem::path(run_dir_) / "config.json") << config_json.dump(2) << '\n';
-    metrics.emplace(run_dir_, start_step_);
-  }
-
-  ProgressConfig pc;
-  pc.enabled = rank0_ && !o_.quiet;
-  pc.terminal = ::isatty(STDOUT_FILENO) != 0;
-  pc.total_steps = o_.steps;
-  pc.log_every = o_.log_every > 0 ? o_.log_every : std::max<int64_t>(1, (o_.steps - start_step_) / 25);
-  pc.time_budget = o_.time_budget;
-  Progress progress(pc);
-
-  const double tokens_per_step = static_cast<double>(o_.batch * o_.context);
-  const auto train_start = Clock::now();
-  double first_loss = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> last_losses;
-  std::optional<double> last_val;
-  bool stopped_by_budget = false;
-  int64_t step = start_step_;
-  while (step < o_.steps) {
-    ++step;
-    const auto step_start = Clock::now();
-    fsdp::reset_peak_memory_stats(**model_);
-    const double local_loss = train_step(step);
-    const double grad_norm = fsdp::clip_grad_norm_(
-        **model_, o_.clip > 0 ? o_.clip : std::numeric_limits<double>::infinity());
-    optimizer_->step();
-
-    // One all-reduce carries the global mean loss and the stop decision, so
-    // every rank stops after the same step (clocks differ between ranks).
-    const double elapsed_local = seconds_since(train_start);
-    const bool over_budget = o_.time_budget > 0 && elapsed_local >= o_.time_budget;
-    at::Tensor agreed = at::tensor({local_loss, over_budget ? 1.0 : 0.0}, at::kDouble);
-    world_.all_reduce(agreed, fsdp::ReduceOp::kSum)->wait();
-    const double loss = agreed[0].item<double>() / world_.size();
-    stopped_by_budget = agreed[1].item<double>() > 0 && step < o_.steps;
-    const bool last = step == o_.steps || stopped_by_budget;
-
-    const int64_t peak = fsdp::memory_stats(**model_).peak_gathered_param_bytes;
-    run_peak_gathered_ = std::max(run_peak_gathered_, peak);
-    const std::vector<int64_t> peaks = gather(peak);
-    const double step_s = seconds_since(step_start);
-    recent_step_s_ = recent_step_s_ == 0 ? step_s : 0.9 * recent_step_s_ + 0.1 * step_s;
-
-    StepRecord record;
-    record.step = step;
-    record.loss = loss;
-    record.lr = schedule_.at(step);
-    record.grad_norm = grad_norm;
-    record.ms = 1000.0 * step_s;
-    record.tokens_per_s = tokens_per_step / step_s;
-    record.sharded_param_bytes = sharded_bytes;
-    record.peak_gathered_param_bytes = peaks;
-    if (last || (o_.eval_every > 0 && step % o_.eval_every == 0)) {
-      record.val_loss = evaluate();
-      last_val = record.val_loss;
-    }
-    record.elapsed_s = seconds_since(train_start);
-    if (std::isnan(first_loss)) first_loss = loss;
-    last_losses.push_back(loss);
-    if (last_losses.size() > 10) last_losses.erase(last_losses.begin());
-    if (rank0_) {
-      metrics->append(record);
-      progress.step(record, estimate_eta(step, record.elapsed_s), last);
-      if (record.val_loss && !last) {
-        progress.note(fmt::format("  validation loss at step {}: {:.4f}", step, *record.val_loss));
-      }
-    }
-    if (o_.save_every > 0 && step % o_.save_every == 0) {
-      const std::string dir = step_checkpoint_dir(run_dir_, step);
-      const auto save_start = Clock::now();
-      save_checkpoint(dir, step);
-      if (rank0_) {
-        progress.note(fmt::format("  saved {} ({:.1f}s)", dir, seconds_since(save_start)));
-      }
-    }
-    if (last) break;
-  }
-  const double train_seconds = seconds_since(train_start);
-  progress.finish();
-
-  const std::string final_dir = final_checkpoint_dir(run_dir_);
-  save_checkpoint(final_dir, step);
-
-  std::string sample;
-  if (o_.sample_bytes > 0) sample = sample_text();
-
-  // Per-rank memory for the table.
-  const fsdp::MemoryStats final_stats = fsdp::memory_stats(**model_);
-  const auto params = gather(final_stats.sharded_param_bytes);
-  // Gradients as the optimizer sees them: each parameter's (sharded) .grad().
-  int64_t grad_bytes = 0;
-  for (const auto& p : (*model_)->parameters()) {
-    if (p.grad().defined()) grad_bytes += p.grad().numel() * p.grad().element_size();
-  }
-  const auto grads = gather(grad_bytes);
-  const auto optim = gather(fsdp::optimizer_state_bytes(*optimizer_));
-  const auto peaks = gather(run_peak_gathered_);
-  if (!rank0_) return 0;
-
-  RunSummary summary;
-  summary.start_step = start_step_;
-  summary.last_step = step;
-  summary.total_steps = o_.steps;
-  summary.stopped_by_time_budget = stopped_by_budget;
-  summary.train_seconds = train_seconds;
-  summary.first_loss = first_loss;
-  double tail = 0;
-  for (double l : last_losses) tail += l;
-  summary.final_loss = last_losses.empty() ? 0 : tail / static_cast<double>(last_losses.size());
-  summary.final_val_loss = last_val;
-  const int64_t steps_run = step - start_step_;
-  summary.mean_tokens_per_s =
-      train_seconds > 0 ? tokens_per_step * static_cast<double>(steps_run) / train_seconds : 0;
-  summary.unsharded_param_bytes = final_stats.unsharded_param_bytes;
-  for (size_t r = 0; r < params.size(); ++r) {
-    summary.ranks.push_back(RankMemory{params[r], grads[r], optim[r], peaks[r]});
-  }
-  summary.run_dir = run_dir_;
-  summary.metrics = metrics->path();
-  summary.checkpoint = final_dir;
-
-  const std::string title =
-      fmt::format("fsdp-train: GPT {}x{}, {} rank{}, {}, {}", o_.layers, o_.width, world_.size(),
-                  world_.size() == 1 ? "" : "s", o_.strategy, o_.mixed_precision);
-  const PlotResult plot = write_plot(run_dir_, metrics->records(), title);
-  summary.plot = plot.png;
-  summary.plot_error = plot.error;
-
-  if (!sample.empty()) {
-    summary.sample_file = (std::filesystem::path(run_dir_) / "sample.txt").string();
-    std::ofstream(summary.sample_file, std::ios::binary) << o_.prompt << sample;
-    if (!o_.quiet) {
-      fmt::print("\nSample ({} bytes after the prompt, temperature {:g}):\n", sample.size(),
-                 o_.temperature);
-      fmt::print("------------------------------------------------------------------------\n");
-      fmt::print("{}{}\n", printable(o_.prompt), printable(sample));
-      fmt::print("------------------------------------------------------------------------\n");
-    }
-  }
-  print_summary(summary);
-  return 0;
-}
-
 std::string Trainer::sample_text() {
   GenerateOptions g;
   g.prompt = o_.prompt;
@@ -379,6 +404,72 @@ std::string Trainer::sample_text() {
   g.seed = o_.seed;
   g.context = o_.context;
   return generate(*model_, g);
+}
+
+// Every rank's bytes for the summary table. Collective.
+std::vector<RankMemory> Trainer::gather_rank_memory() {
+  const auto params = gather(fsdp::memory_stats(**model_).sharded_param_bytes);
+  // Gradients as the optimizer sees them: each parameter's (sharded) .grad().
+  int64_t grad_bytes = 0;
+  for (const auto& p : (*model_)->parameters()) {
+    if (p.grad().defined()) grad_bytes += p.grad().numel() * p.grad().element_size();
+  }
+  const auto grads = gather(grad_bytes);
+  const auto optim = gather(fsdp::optimizer_state_bytes(*optimizer_));
+  const auto peaks = gather(run_peak_gathered_);
+  std::vector<RankMemory> ranks;
+  for (size_t r = 0; r < params.size(); ++r) {
+    ranks.push_back(RankMemory{params[r], grads[r], optim[r], peaks[r]});
+  }
+  return ranks;
+}
+
+// Rank 0: the plot, the sample and the summary table.
+void Trainer::report(const LoopOutcome& loop, std::vector<RankMemory> memory,
+                     const std::string& final_dir, const std::string& sample) {
+  RunSummary summary;
+  summary.start_step = start_step_;
+  summary.last_step = loop.last_step;
+  summary.total_steps = o_.steps;
+  summary.stopped_by_time_budget = loop.stopped_by_budget;
+  summary.train_seconds = loop.train_seconds;
+  summary.first_loss = loop.first_loss;
+  summary.final_loss = loop.final_loss();
+  summary.final_val_loss = loop.last_val;
+  const int64_t steps_run = loop.last_step - start_step_;
+  summary.mean_tokens_per_s =
+      loop.train_seconds > 0
+          ? tokens_per_step_ * static_cast<double>(steps_run) / loop.train_seconds
+          : 0;
+  summary.unsharded_param_bytes = fsdp::memory_stats(**model_).unsharded_param_bytes;
+  summary.ranks = std::move(memory);
+  summary.run_dir = run_dir_;
+  summary.metrics = metrics_->path();
+  summary.checkpoint = final_dir;
+
+  const std::string title =
+      fmt::format("fsdp-train: GPT {}x{}, {} rank{}, {}, {}", o_.layers, o_.width, world_.size(),
+                  world_.size() == 1 ? "" : "s", o_.strategy, o_.mixed_precision);
+  const PlotResult plot = write_plot(run_dir_, metrics_->records(), title);
+  summary.plot = plot.png;
+  summary.plot_error = plot.error;
+  if (!sample.empty()) summary.sample_file = write_sample(sample);
+  print_summary(summary);
+}
+
+// sample.txt (the prompt and what followed it), echoed unless --quiet.
+// Returns the file's path.
+std::string Trainer::write_sample(const std::string& sample) const {
+  const std::string file = (std::filesystem::path(run_dir_) / "sample.txt").string();
+  std::ofstream(file, std::ios::binary) << o_.prompt << sample;
+  if (!o_.quiet) {
+    fmt::print("\nSample ({} bytes after the prompt, temperature {:g}):\n", sample.size(),
+               o_.temperature);
+    fmt::print("------------------------------------------------------------------------\n");
+    fmt::print("{}{}\n", printable(o_.prompt), printable(sample));
+    fmt::print("------------------------------------------------------------------------\n");
+  }
+  return file;
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 # Thin wrapper over CMake. `make` builds, `make test` installs what is missing,
 # builds and runs the whole CTest suite, `make demo` runs the main job.
+# `make test-libtorch2` builds and runs the suite again against LibTorch 2.6,
+# in a Debian 13 root made once (scripts/libtorch2-root.sh; needs root).
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps configure test demo clean format
+.PHONY: all build deps configure test test-libtorch2 demo clean format
 
 all: build
 
@@ -22,6 +24,9 @@ build: configure
 test: deps
 	@$(MAKE) --no-print-directory build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+test-libtorch2:
+	@JOBS=$(JOBS) scripts/test-libtorch2.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory build

@@ -7,6 +7,8 @@
 //     the same virtual collectives we call, so we name the base C10dBackend.
 //   storage resizing: done through the StorageImpl's own allocator, which
 //     both versions expose (set_data_ptr_noswap + set_nbytes).
+//   TCPStore server: 2.4+ defaults to the libuv server, which builds without
+//     libuv (Debian's) refuse; see use_classic_tcpstore_server.
 
 #include <c10/core/StorageImpl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -14,6 +16,7 @@
 
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include <sstream>
 
@@ -59,6 +62,27 @@ typename StateMap::key_type optimizer_state_key(const StateMap&, const at::Tenso
   } else {
     return static_cast<Key>(param.unsafeGetTensorImpl());
   }
+}
+
+// [Note: the TCPStore server libfsdp asks for]
+// Since 2.4, c10d::TCPStoreOptions has `useLibUV`, true by default, and a
+// LibTorch built without libuv (Debian's 2.6) throws "use_libuv was requested
+// but PyTorch was build without libuv support" from every TCPStore, server or
+// client. Whether libuv is built in is not exported to C++
+// (c10d::detail::is_libuv_tcpstore_backend_available has no TORCH_API), so we
+// always ask for the classic single-threaded server: the one 1.13 has, built
+// into every LibTorch, and ample for a rendezvous of a few keys per rank.
+// Detected by the member, not the version, so any build that has the option
+// gets it set.
+template <class Options, class = void>
+struct HasUseLibUV : std::false_type {};
+template <class Options>
+struct HasUseLibUV<Options, std::void_t<decltype(std::declval<Options&>().useLibUV)>>
+    : std::true_type {};
+
+template <class TCPStoreOptions>
+void use_classic_tcpstore_server(TCPStoreOptions& options) {
+  if constexpr (HasUseLibUV<TCPStoreOptions>::value) options.useLibUV = false;
 }
 
 #if defined(FSDP_WITH_NCCL)

@@ -11,6 +11,7 @@
 
 #include "comm/backends.h"
 #include "comm/gloo_address.h"
+#include "compat.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/error_message.h"
 
@@ -64,6 +65,8 @@ ProcessGroupPtr init_process_group_from_env(GroupOptions options) {
   store_options.numWorkers = static_cast<std::size_t>(env.world_size);
   store_options.waitWorkers = true;
   store_options.timeout = options.timeout;
+  // No libuv in Debian's 2.6. See [Note: the TCPStore server libfsdp asks for].
+  compat::use_classic_tcpstore_server(store_options);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);

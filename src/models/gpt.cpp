@@ -36,13 +36,26 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
   mask_ = register_buffer("mask", at::ones({config.context, config.context}, at::kBool).triu(1));
 }
 
+// [Note: the causal mask after Module::to]
+// LibTorch's Module::to(dtype) casts every buffer, the bool ones too (Python's
+// casts only floating-point ones), so `model->to(at::kDouble)` leaves the
+// mask as 0.0/1.0 doubles. LibTorch 2.x's masked_fill rejects such a mask;
+// 1.13's takes it without a word and does not mask as meant (a 3x3 double
+// triu mask fills nothing), so a float64 GPT on 1.13 attended to future
+// tokens. forward therefore reads the mask as bool whatever it was cast to
+// (1.0 -> true). The buffer keeps its name and its dtype, so checkpoints hold
+// what they held.
+
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t hd = C / n_head_;
   auto qkv = qkv_->forward(x).view({B, T, 3, n_head_, hd}).permute({2, 0, 3, 1, 4});
   at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // [B, H, T, hd]
   at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  att = att.masked_fill(mask_.narrow(0, 0, T).narrow(1, 0, T), -std::numeric_limits<float>::infinity());
+  // See [Note: the causal mask after Module::to].
+  at::Tensor future = mask_.narrow(0, 0, T).narrow(1, 0, T);
+  if (future.scalar_type() != at::kBool) future = future.to(at::kBool);
+  att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
   att = at::softmax(att, -1);
   at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({B, T, C});
   return proj_->forward(y);

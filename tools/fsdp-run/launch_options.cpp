@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cli_help_format.h"
+
 namespace fsdp_run {
 namespace {
 
@@ -56,7 +58,7 @@ EXAMPLES
 )";
 
 // CLI11's usage line does not know about the "-- PROGRAM" part.
-class LauncherFormatter : public CLI::Formatter {
+class LauncherFormatter : public fsdp::tools::HelpFormatter {
  public:
   std::string make_usage(const CLI::App*, std::string) const override {
     return "\nUsage: fsdp-run [OPTIONS] -- PROGRAM [ARGS...]\n";

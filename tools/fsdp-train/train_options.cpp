@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <functional>
 
+#include "cli_help_format.h"
+
 namespace fsdp_train {
 namespace {
 
@@ -164,7 +166,9 @@ ParseResult parse_train_options(int argc, char** argv) {
   TrainOptions o;
   CLI::App app(kDescription, "fsdp-train");
   app.footer(kFooter);
-  app.get_formatter()->column_width(34);
+  auto formatter = std::make_shared<fsdp::tools::HelpFormatter>();
+  formatter->column_width(34);
+  app.formatter(formatter);
   std::vector<CLI::Option*> all;
   OptionRecorder rec(all);
   add_model_options(app, o, rec);

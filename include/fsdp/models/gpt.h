@@ -43,7 +43,9 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   int64_t n_head_;
   torch::nn::Linear qkv_{nullptr};
   torch::nn::Linear proj_{nullptr};
-  at::Tensor mask_;  // [context, context] bool, true above the diagonal (a buffer)
+  // [context, context], true above the diagonal (a buffer): bool as built,
+  // cast by Module::to(dtype). See [Note: the causal mask after Module::to].
+  at::Tensor mask_;
 };
 TORCH_MODULE(CausalSelfAttention);
 

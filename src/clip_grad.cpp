@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "root_state.h"
+#include "unit_module_access.h"
 #include "unit_state.h"
 
 namespace fsdp {
@@ -16,12 +17,10 @@ namespace fsdp {
 // group. Replicas in NO_SHARD and hybrid strategies hold identical pieces, so
 // the reduction runs over the shard group only, never over replicas.
 double clip_grad_norm_(UnitModule& root, double max_norm, double norm_type) {
-  TORCH_CHECK(root.root_state(),
-              "fsdp: clip_grad_norm_ needs the root module that fully_shard returned");
+  detail::RootState& state = detail::root_state_of(root, "clip_grad_norm_");
   TORCH_CHECK(norm_type > 0, "fsdp: clip_grad_norm_ norm_type is ", norm_type,
               "; use a p > 0, or INFINITY for the max-norm");
   TORCH_CHECK(max_norm >= 0, "fsdp: clip_grad_norm_ max_norm is ", max_norm, "; it must be >= 0");
-  detail::RootState& state = *root.root_state();
   TORCH_CHECK(!state.in_backward(),
               "fsdp: clip_grad_norm_ was called during backward; call it after backward returns");
 

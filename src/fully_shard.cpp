@@ -14,6 +14,7 @@
 #include "root_state.h"
 #include "strategy_traits.h"
 #include "unit_discovery.h"
+#include "unit_module_access.h"
 #include "unit_state.h"
 
 namespace fsdp {
@@ -181,7 +182,7 @@ void shard_units(detail::DiscoveredModel& model, const FullyShardOptions& option
     }
     auto state = std::make_shared<detail::UnitState>(resolved[u].unit, std::move(params), &root_state);
     root_state.add_unit(state);
-    unit.module->set_unit_state(std::move(state));
+    detail::UnitModuleAccess::attach_unit_state(*unit.module, std::move(state));
   }
 }
 
@@ -222,27 +223,25 @@ void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
   if (!deferred.empty() || ignored_deferred) {
     detail::materialize_deferred(root, *root_state, deferred, options);
   }
-  root.set_root_state(std::move(root_state));
+  detail::UnitModuleAccess::attach_root_state(root, std::move(root_state));
 }
 
 void set_validate_execution_order(UnitModule& root, bool every_step) {
-  TORCH_CHECK(root.root_state(),
-              "fsdp: set_validate_execution_order needs the root module that fully_shard returned");
-  root.root_state()->set_validate_every_step(every_step);
+  detail::root_state_of(root, "set_validate_execution_order").set_validate_every_step(every_step);
 }
 
 void set_requires_gradient_sync(UnitModule& root, bool requires_sync) {
-  TORCH_CHECK(root.root_state(),
-              "fsdp: set_requires_gradient_sync needs the root module that fully_shard returned");
-  root.root_state()->set_requires_grad_sync(requires_sync);
+  detail::root_state_of(root, "set_requires_gradient_sync").set_requires_grad_sync(requires_sync);
 }
 
 NoSyncGuard::NoSyncGuard(UnitModule& root) : root_(root) {
-  TORCH_CHECK(root.root_state(), "fsdp: NoSyncGuard needs the root module that fully_shard returned");
-  previous_ = root.root_state()->requires_grad_sync();
-  root.root_state()->set_requires_grad_sync(false);
+  detail::RootState& state = detail::root_state_of(root, "NoSyncGuard");
+  previous_ = state.requires_grad_sync();
+  state.set_requires_grad_sync(false);
 }
 
-NoSyncGuard::~NoSyncGuard() { root_.root_state()->set_requires_grad_sync(previous_); }
+NoSyncGuard::~NoSyncGuard() {
+  detail::UnitModuleAccess::root_state(root_)->set_requires_grad_sync(previous_);
+}
 
 }  // namespace fsdp

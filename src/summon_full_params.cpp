@@ -7,6 +7,7 @@
 
 #include "fsdp/error_message.h"
 #include "root_state.h"
+#include "unit_module_access.h"
 #include "unit_state.h"
 #include "unit_name.h"
 
@@ -15,13 +16,13 @@ namespace {
 
 // The sharded units of `module`'s subtree, pre-order, each once.
 std::vector<detail::UnitState*> units_under(UnitModule& module, bool recurse) {
-  std::vector<detail::UnitState*> units{module.unit_state().get()};
+  std::vector<detail::UnitState*> units{detail::UnitModuleAccess::unit_state(module)};
   if (!recurse) return units;
   std::unordered_set<const detail::UnitState*> seen{units[0]};
   for (const auto& child : module.modules(/*include_self=*/false)) {
     auto* unit = dynamic_cast<UnitModule*>(child.get());
-    if (unit && unit->is_sharded() && seen.insert(unit->unit_state().get()).second) {
-      units.push_back(unit->unit_state().get());
+    if (unit && unit->is_sharded() && seen.insert(detail::UnitModuleAccess::unit_state(*unit)).second) {
+      units.push_back(detail::UnitModuleAccess::unit_state(*unit));
     }
   }
   return units;
@@ -45,7 +46,7 @@ SummonFullParams::SummonFullParams(UnitModule& module, SummonFullParamsOptions o
   TORCH_CHECK(!(options.writeback() && options.rank0_only()),
               "fsdp: SummonFullParams with rank0_only(true) and writeback(true) is not supported "
               "(ranks other than 0 would have nothing to write back); pass .writeback(false)");
-  detail::RootState& root = module.unit_state()->root();
+  detail::RootState& root = detail::UnitModuleAccess::unit_state(module)->root();
   TORCH_CHECK(!root.root_forward_active(), "fsdp: SummonFullParams was created inside forward; "
               "full parameters can be summoned only outside forward and backward");
   TORCH_CHECK(!root.in_backward(), "fsdp: SummonFullParams was created inside backward; "

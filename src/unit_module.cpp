@@ -3,6 +3,8 @@
 #include <ostream>
 
 #include "fsdp/sharded.h"
+#include "root_state.h"
+#include "unit_module_access.h"
 #include "unit_state.h"
 
 namespace fsdp {
@@ -39,7 +41,7 @@ std::vector<detail::UnitState*> unit_states(const std::vector<UnitModule*>& unit
   for (UnitModule* unit : units) {
     TORCH_CHECK(unit && unit->is_sharded(),
                 "fsdp: prefetch lists take units sharded by fully_shard; call fully_shard first");
-    states.push_back(unit->unit_state().get());
+    states.push_back(detail::UnitModuleAccess::unit_state(*unit));
   }
   return states;
 }
@@ -60,4 +62,14 @@ void UnitModule::before_forward(detail::TensorRefs& inputs) { state_->pre_forwar
 
 void UnitModule::after_forward(detail::TensorRefs& outputs) { state_->post_forward(outputs); }
 
+namespace detail {
+
+RootState& root_state_of(const UnitModule& root, const char* api) {
+  RootState* state = UnitModuleAccess::root_state(root);
+  TORCH_CHECK(state, "fsdp: ", api, " needs the root module that fully_shard returned; this module is ",
+              root.is_sharded() ? "a nested unit" : "not sharded");
+  return *state;
+}
+
+}  // namespace detail
 }  // namespace fsdp

@@ -32,6 +32,7 @@ namespace fsdp {
 namespace detail {
 class UnitState;
 class RootState;
+class UnitModuleAccess;
 }
 
 // The non-template part of every Sharded<M>.
@@ -56,13 +57,6 @@ class UnitModule : public torch::nn::Module {
   void train(bool on = true) override;
   void pretty_print(std::ostream& stream) const override;
 
-  // Internal: the unit's runtime state, set by fully_shard.
-  const std::shared_ptr<detail::UnitState>& unit_state() const { return state_; }
-  void set_unit_state(std::shared_ptr<detail::UnitState> state) { state_ = std::move(state); }
-  // Internal: set on the root unit only; shared by all units of the model.
-  const std::shared_ptr<detail::RootState>& root_state() const { return root_state_; }
-  void set_root_state(std::shared_ptr<detail::RootState> root) { root_state_ = std::move(root); }
-
  protected:
   explicit UnitModule(std::shared_ptr<torch::nn::Module> inner);
   // Runs impl.forward(args...) between the unit's pre- and post-forward
@@ -71,15 +65,17 @@ class UnitModule : public torch::nn::Module {
   R run_forward(Impl& impl, Args&&... args);
 
   std::shared_ptr<torch::nn::Module> inner_;
-  std::shared_ptr<detail::UnitState> state_;
-  std::shared_ptr<detail::RootState> root_state_;
-  UnitOptions unit_options_;
 
  private:
+  friend class detail::UnitModuleAccess;
   // Called around the wrapped forward; they take pointers to the tensors in
   // the arguments and results, which they may replace (hooks, casts).
   void before_forward(detail::TensorRefs& inputs);
   void after_forward(detail::TensorRefs& outputs);
+
+  std::shared_ptr<detail::UnitState> state_;           // set by fully_shard
+  std::shared_ptr<detail::RootState> root_state_;      // on the root only
+  UnitOptions unit_options_;
 };
 
 template <class R, class Impl, class... Args>

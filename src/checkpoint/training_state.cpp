@@ -15,6 +15,7 @@
 #include "fsdp/introspection.h"
 #include "root_state.h"
 #include "state_dict/optimizer_fields.h"
+#include "unit_module_access.h"
 
 namespace fsdp::ckpt {
 namespace {
@@ -35,11 +36,10 @@ TensorPiece piece_of(const std::string& name, const ParamShard& shard, const at:
 
 std::vector<TensorPiece> training_state_pieces(const UnitModule& root,
                                                const torch::optim::Optimizer* optimizer) {
-  TORCH_CHECK(root.root_state(), "fsdp: save_training_state needs the root module that "
-                                 "fully_shard returned");
+  fsdp::detail::RootState& state = fsdp::detail::root_state_of(root, "save_training_state");
   std::vector<TensorPiece> pieces;
   const auto shards = param_shards(root);
-  const bool rank0 = root.root_state()->world().rank() == 0;
+  const bool rank0 = state.world().rank() == 0;
   for (const auto& shard : shards) {
     if (!shard.primary) continue;
     pieces.push_back(piece_of(shard.name, shard, shard.param));
@@ -137,8 +137,7 @@ void load_optimizer(const Reader& reader, torch::optim::Optimizer& optimizer,
 
 LoadResult load_training_state(ProcessGroup& group, const std::string& dir, UnitModule& root,
                                torch::optim::Optimizer* optimizer, bool strict) {
-  TORCH_CHECK(root.root_state(), "fsdp: load_training_state needs the root module that "
-                                 "fully_shard returned");
+  fsdp::detail::root_state_of(root, "load_training_state");  // throws for any other module
   const auto shards = param_shards(root);
   // Every rank opens and checks the checkpoint; a failure on any rank is
   // reported on all of them, so none is left waiting in a later collective.

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 
+#include "unit_module_access.h"
+
 namespace fsdp::detail {
 
 RootState& idle_root_state(const UnitModule& root, const char* api) {
-  TORCH_CHECK(root.root_state(), "fsdp: ", api, " needs the root module that fully_shard returned; ",
-              "this module is ", root.is_sharded() ? "a nested unit" : "not sharded");
-  RootState& state = *root.root_state();
+  RootState& state = root_state_of(root, api);
   for (const auto& unit : state.units()) {
     const auto& group = unit->params();
     TORCH_CHECK(group.is_aliased() || (!group.is_gathered() && !group.is_in_flight()),

@@ -1,32 +1,24 @@
 #include "fsdp/introspection.h"
 
 #include <c10/util/Exception.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
-#include <torch/optim/sgd.h>
 
 #include <algorithm>
 
 #include "root_state.h"
+#include "state_dict/optimizer_fields.h"
+#include "unit_module_access.h"
 #include "unit_state.h"
 
 namespace fsdp {
 namespace {
-
-detail::RootState& root_state_of(const UnitModule& root) {
-  TORCH_CHECK(root.root_state(),
-              "fsdp: expected the root module that fully_shard returned; this module is ",
-              root.is_sharded() ? "a nested unit" : "not sharded");
-  return *root.root_state();
-}
 
 int64_t bytes(const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 
 }  // namespace
 
 std::vector<ParamShard> param_shards(const UnitModule& root) {
-  detail::RootState& state = root_state_of(root);
+  detail::RootState& state = detail::root_state_of(root, "param_shards");
   std::vector<ParamShard> shards;
   for (const auto& unit : state.units()) {
     const auto& group = unit->params();
@@ -61,7 +53,7 @@ std::vector<ParamShard> param_shards(const UnitModule& root) {
 
 std::vector<UnitInfo> unit_infos(const UnitModule& root) {
   std::vector<UnitInfo> infos;
-  for (const auto& unit : root_state_of(root).units()) {
+  for (const auto& unit : detail::root_state_of(root, "unit_infos").units()) {
     const auto& group = unit->params();
     UnitInfo info;
     info.name = unit->name();
@@ -80,7 +72,7 @@ std::vector<UnitInfo> unit_infos(const UnitModule& root) {
 }
 
 MemoryStats memory_stats(const UnitModule& root) {
-  detail::RootState& state = root_state_of(root);
+  detail::RootState& state = detail::root_state_of(root, "memory_stats");
   MemoryStats stats;
   for (const auto& unit : state.units()) {
     const auto& group = unit->params();
@@ -109,20 +101,19 @@ MemoryStats memory_stats(const UnitModule& root) {
 }
 
 void reset_peak_memory_stats(UnitModule& root) {
-  root_state_of(root).gathered_bytes().reset_peak();
-  root_state_of(root).post_forward_bytes().reset_peak();
+  detail::RootState& state = detail::root_state_of(root, "reset_peak_memory_stats");
+  state.gathered_bytes().reset_peak();
+  state.post_forward_bytes().reset_peak();
 }
 
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  detail::check_supported_optimizer(optimizer, "optimizer_state_bytes");
   int64_t total = 0;
-  for (const auto& entry : optimizer.state()) {
-    const auto* state = entry.second.get();
-    if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
-      total += bytes(adamw->exp_avg()) + bytes(adamw->exp_avg_sq()) + bytes(adamw->max_exp_avg_sq());
-    } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
-      total += bytes(adam->exp_avg()) + bytes(adam->exp_avg_sq()) + bytes(adam->max_exp_avg_sq());
-    } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
-      total += bytes(sgd->momentum_buffer());
+  detail::OptimizerFields fields;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& param : group.params()) {
+      if (!detail::read_optimizer_state(optimizer, param, &fields)) continue;
+      for (const auto& field : fields.tensors) total += bytes(field.second);
     }
   }
   return total;

@@ -57,7 +57,7 @@ models::GPTConfig gpt_config(const MemoryConfig& c, bool shard_blocks) {
   return g;
 }
 
-int64_t tensor_bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+int64_t tensor_bytes(const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 
 // One process, no FSDP: what every rank would hold without sharding.
 int64_t baseline_bytes(const MemoryConfig& c, const at::Tensor& tokens) {

@@ -85,6 +85,7 @@ MemoryStats memory_stats(const UnitModule& root);
 void reset_peak_memory_stats(UnitModule& root);
 
 // Bytes of optimizer state tensors (SGD momentum, Adam/AdamW moments).
+// Throws, naming the supported optimizers, for any other optimizer.
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace fsdp

@@ -412,7 +412,7 @@ std::vector<RankMemory> Trainer::gather_rank_memory() {
   // Gradients as the optimizer sees them: each parameter's (sharded) .grad().
   int64_t grad_bytes = 0;
   for (const auto& p : (*model_)->parameters()) {
-    if (p.grad().defined()) grad_bytes += p.grad().numel() * p.grad().element_size();
+    if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
   }
   const auto grads = gather(grad_bytes);
   const auto optim = gather(fsdp::optimizer_state_bytes(*optimizer_));

@@ -15,17 +15,17 @@ const char* backend_fix(c10::DeviceType device) {
 
 void check_tensor(const ProcessGroup& group, const char* op, const char* arg,
                   const at::Tensor& t, c10::DeviceType device) {
-  TORCH_CHECK(t.defined(), describe_op(group, op), ": ", arg, " is an undefined tensor");
-  TORCH_CHECK(t.device().type() == device, describe_op(group, op), ": ", arg, " is on ",
+  TORCH_CHECK(t.defined(), "fsdp: ", describe_op(group, op), ": ", arg, " is an undefined tensor");
+  TORCH_CHECK(t.device().type() == device, "fsdp: ", describe_op(group, op), ": ", arg, " is on ",
               t.device(), " but ", backend_fix(device));
-  TORCH_CHECK(t.is_contiguous(), describe_op(group, op), ": ", arg,
+  TORCH_CHECK(t.is_contiguous(), "fsdp: ", describe_op(group, op), ": ", arg,
               " must be contiguous (sizes ", t.sizes(), ", strides ", t.strides(),
               "); pass .contiguous() or a flat buffer");
 }
 
 void check_same_dtype(const ProcessGroup& group, const char* op, const at::Tensor& output,
                       const at::Tensor& input) {
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), describe_op(group, op),
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "fsdp: ", describe_op(group, op),
               ": output dtype ", output.scalar_type(), " does not match input dtype ",
               input.scalar_type(), "; cast one of them so both match");
 }
@@ -34,7 +34,7 @@ void check_reduce_op(const ProcessGroup& group, const char* op, const at::Tensor
                      ReduceOp reduce_op) {
   // Integer averages would have to round; we refuse rather than pick a rounding.
   TORCH_CHECK(reduce_op != ReduceOp::kAvg || at::isFloatingType(t.scalar_type()),
-              describe_op(group, op), ": ReduceOp::kAvg needs a floating-point dtype, got ",
+              "fsdp: ", describe_op(group, op), ": ReduceOp::kAvg needs a floating-point dtype, got ",
               t.scalar_type(), "; use ReduceOp::kSum and divide by size() yourself");
 }
 
@@ -50,7 +50,7 @@ void check_all_gather_args(const ProcessGroup& group, const at::Tensor& output,
   check_tensor(group, "all_gather", "output", output, device);
   check_tensor(group, "all_gather", "input", input, device);
   check_same_dtype(group, "all_gather", output, input);
-  TORCH_CHECK(output.numel() == group.size() * input.numel(), describe_op(group, "all_gather"),
+  TORCH_CHECK(output.numel() == group.size() * input.numel(), "fsdp: ", describe_op(group, "all_gather"),
               ": output has ", output.numel(), " elements but must have size() * input.numel() = ",
               group.size(), " * ", input.numel(), " = ", group.size() * input.numel(),
               "; allocate the output for every rank's shard");
@@ -62,7 +62,7 @@ void check_reduce_scatter_args(const ProcessGroup& group, const at::Tensor& outp
   check_tensor(group, "reduce_scatter", "input", input, device);
   check_same_dtype(group, "reduce_scatter", output, input);
   TORCH_CHECK(input.numel() == group.size() * output.numel(),
-              describe_op(group, "reduce_scatter"), ": input has ", input.numel(),
+              "fsdp: ", describe_op(group, "reduce_scatter"), ": input has ", input.numel(),
               " elements but must have size() * output.numel() = ", group.size(), " * ",
               output.numel(), " = ", group.size() * output.numel(),
               "; pad the input to a multiple of the group size");
@@ -78,12 +78,12 @@ void check_all_reduce_args(const ProcessGroup& group, const at::Tensor& tensor, 
 void check_broadcast_args(const ProcessGroup& group, const at::Tensor& tensor, int root,
                           c10::DeviceType device) {
   check_tensor(group, "broadcast", "tensor", tensor, device);
-  TORCH_CHECK(root >= 0 && root < group.size(), describe_op(group, "broadcast"), ": root ", root,
+  TORCH_CHECK(root >= 0 && root < group.size(), "fsdp: ", describe_op(group, "broadcast"), ": root ", root,
               " is out of range; it is a group rank in [0, ", group.size(), ")");
 }
 
 void check_subgroup_ranks(const ProcessGroup& group, const std::vector<int>& ranks) {
-  const std::string what = describe_op(group, "new_subgroup");
+  const std::string what = "fsdp: " + describe_op(group, "new_subgroup");
   TORCH_CHECK(!ranks.empty(), what, ": the rank list is empty; list at least one group rank");
   for (size_t i = 0; i < ranks.size(); ++i) {
     TORCH_CHECK(ranks[i] >= 0 && ranks[i] < group.size(), what, ": rank ", ranks[i],

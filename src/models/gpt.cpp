@@ -15,9 +15,9 @@ namespace F = torch::nn::functional;
 
 void GPTConfig::validate() const {
   TORCH_CHECK(vocab_size > 0 && context > 0 && d_model > 0 && n_layer > 0 && n_head > 0,
-              "gpt: every size must be positive (vocab ", vocab_size, ", context ", context,
+              "fsdp: gpt: every size must be positive (vocab ", vocab_size, ", context ", context,
               ", d_model ", d_model, ", n_layer ", n_layer, ", n_head ", n_head, ")");
-  TORCH_CHECK(d_model % n_head == 0, "gpt: d_model ", d_model, " is not divisible by n_head ",
+  TORCH_CHECK(d_model % n_head == 0, "fsdp: gpt: d_model ", d_model, " is not divisible by n_head ",
               n_head, "; pick a head count that divides the width (e.g. ", d_model / 32 > 0 ? d_model / 32 : 1,
               ")");
 }
@@ -102,7 +102,7 @@ GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
 
 at::Tensor GPTImpl::forward(const at::Tensor& tokens) {
   const int64_t T = tokens.size(1);
-  TORCH_CHECK(T <= config_.context, "gpt: sequence of ", T, " tokens exceeds the context of ",
+  TORCH_CHECK(T <= config_.context, "fsdp: gpt: sequence of ", T, " tokens exceeds the context of ",
               config_.context);
   at::Tensor pos = at::arange(T, tokens.options().dtype(at::kLong));
   at::Tensor x = wte_->forward(tokens) + wpe_->forward(pos);

@@ -17,6 +17,7 @@
 // same model class therefore serves as the single-process reference.
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/pimpl.h>
 
 #include <memory>
@@ -92,12 +93,40 @@ R UnitModule::run_forward(Impl& impl, Args&&... args) {
   return out;
 }
 
-template <class Impl, class Forward = decltype(&Impl::forward)>
+// The forward a unit wrapping an Impl exposes, as a member-function pointer
+// type. By default Impl::forward itself; when that is overloaded or a
+// template, there is no one signature to copy (NoSingleForward), except for
+// LibTorch's Sequential, whose units take and return one tensor, its common
+// use. For another such module, specialize this trait, or name the
+// signature: fsdp::ShardedImpl<M, at::Tensor (M::*)(const at::Tensor&)>.
+struct NoSingleForward {};
+template <class Impl, class = void>
+struct unit_forward {
+  using type = NoSingleForward;
+};
+template <class Impl>
+struct unit_forward<Impl, std::void_t<decltype(&Impl::forward)>> {
+  using type = decltype(&Impl::forward);
+};
+template <>
+struct unit_forward<torch::nn::SequentialImpl> {
+  using type = at::Tensor (torch::nn::SequentialImpl::*)(const at::Tensor&);
+};
+
+template <class Impl, class Forward = typename unit_forward<Impl>::type>
 class ShardedImpl;
 
+template <class Impl>
+class ShardedImpl<Impl, NoSingleForward> {
+  static_assert(sizeof(Impl) == 0,
+                "fsdp::Sharded<M>: M::forward is overloaded or a template, so the unit has no "
+                "one signature to copy. Name the one to use, e.g. "
+                "fsdp::ShardedImpl<M, at::Tensor (M::*)(const at::Tensor&)>, or specialize "
+                "fsdp::unit_forward<M> (include/fsdp/sharded.h)");
+};
+
 // The wrapper's forward has the wrapped module's exact signature (AnyModule
-// and Sequential look at it). If Impl::forward is overloaded or a template,
-// name the one to use: ShardedImpl<Impl, at::Tensor (Impl::*)(at::Tensor)>.
+// and Sequential look at it).
 template <class Impl, class Class, class R, class... Args>
 class ShardedImpl<Impl, R (Class::*)(Args...)> : public UnitModule {
  public:

@@ -44,7 +44,8 @@ else
   libs+=(-ltorch -ltorch_cpu -lc10)
 fi
 
-srcs=(src/comm/*.cpp tests/gpu/comm_gpu_check.cpp)
+# src/comm uses fsdp::error_message; everything else stays out.
+srcs=(src/comm/*.cpp src/error_message.cpp tests/gpu/comm_gpu_check.cpp)
 printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   'g++ "$@" -c "{}" -o "'"$out"'/$(basename {} .cpp).o"' _ "${flags[@]}"
 g++ "$out"/*.o -o "$out/comm_gpu_check" "${libs[@]}" -pthread

@@ -1,5 +1,6 @@
 # Thin wrapper over CMake. `make` builds, `make test` installs what is missing,
-# builds and runs the whole CTest suite, `make demo` runs the main job.
+# builds and runs the whole CTest suite, `make demo` builds what the demo runs
+# (fsdp-run, fsdp-train) and runs the main job.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -23,8 +24,10 @@ test: deps
 	@$(MAKE) --no-print-directory build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# The demo builds only what scripts/demo.sh runs, not the tests.
 demo: deps
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target fsdp-run fsdp-train
 	@BUILD_DIR=$(BUILD_DIR) scripts/demo.sh
 
 format:

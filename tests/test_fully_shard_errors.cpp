@@ -24,16 +24,6 @@
 namespace fsdp::testing {
 namespace {
 
-// A hang must fail the test quickly, not after the default two minutes.
-RankRunOptions quick() {
-  RankRunOptions o;
-  o.timeout = std::chrono::milliseconds(60000);
-  o.comm_timeout = std::chrono::milliseconds(20000);
-  return o;
-}
-
-std::string rank_str(const RankContext& ctx) { return "rank " + std::to_string(ctx.rank); }
-
 // -- models differing across ranks -------------------------------------------
 
 TEST(DifferentModelsAcrossRanks, DifferentWidthNamesTheParameter) {

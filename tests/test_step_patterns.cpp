@@ -25,16 +25,6 @@ namespace {
 constexpr double kRtol = 1e-5;
 constexpr double kAtol = 1e-5;
 
-// A hang must fail the test quickly, not after the default two minutes.
-RankRunOptions quick() {
-  RankRunOptions o;
-  o.timeout = std::chrono::milliseconds(60000);
-  o.comm_timeout = std::chrono::milliseconds(20000);
-  return o;
-}
-
-std::string rank_str(const RankContext& ctx) { return "rank " + std::to_string(ctx.rank); }
-
 // -- parity of unusual-but-valid uses -----------------------------------------
 
 // What one training step does, given the model's forward; the same function

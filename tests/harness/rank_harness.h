@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <functional>
+#include <string>
 
 #include "fsdp/comm/process_group.h"
 
@@ -44,5 +45,17 @@ struct RankRunOptions {
 
 void run_ranks(int world_size, const std::function<void(RankContext&)>& fn,
                RankRunOptions options = {});
+
+// Limits for tests whose failure mode is a hang: they fail within a minute,
+// not after the default two.
+inline RankRunOptions quick() {
+  RankRunOptions o;
+  o.timeout = std::chrono::milliseconds(60000);
+  o.comm_timeout = std::chrono::milliseconds(20000);
+  return o;
+}
+
+// "rank R", for failure messages.
+inline std::string rank_str(const RankContext& ctx) { return "rank " + std::to_string(ctx.rank); }
 
 }  // namespace fsdp::testing

@@ -1,9 +1,10 @@
 #include "model_fingerprint.h"
-#include "unit_name.h"
 
 #include <c10/util/Exception.h>
 
 #include <sstream>
+
+#include "unit_name.h"
 
 namespace fsdp::detail {
 namespace {

@@ -1,5 +1,4 @@
 #include "root_state.h"
-#include "unit_name.h"
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/engine.h>
@@ -7,6 +6,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
+
+#include "unit_name.h"
 
 namespace fsdp::detail {
 

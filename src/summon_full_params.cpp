@@ -8,8 +8,8 @@
 #include "fsdp/error_message.h"
 #include "root_state.h"
 #include "unit_module_access.h"
-#include "unit_state.h"
 #include "unit_name.h"
+#include "unit_state.h"
 
 namespace fsdp {
 namespace {

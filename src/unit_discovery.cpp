@@ -1,10 +1,11 @@
 #include "unit_discovery.h"
-#include "unit_name.h"
 
 #include <c10/util/Exception.h>
 
 #include <unordered_map>
 #include <unordered_set>
+
+#include "unit_name.h"
 
 namespace fsdp::detail {
 namespace {

@@ -248,6 +248,18 @@ TEST(Comm, HybridMeshTwoByTwo) {
   });
 }
 
+// [Note: a group is ready only when every member has joined] Without the
+// barrier that ends group creation, a rank that drops its mesh at once
+// closed sockets a slower peer was still connecting (about 1 run in 10).
+TEST(Comm, SubgroupsDroppedRightAfterCreationNeverBreakASlowerPeer) {
+  run_ranks(4, [](RankContext& ctx) {
+    for (int round = 0; round < 20; ++round) {
+      const DeviceMesh mesh = make_hybrid_mesh(ctx.group, 2);
+      EXPECT_EQ(mesh.replicate->size(), 2);
+    }
+  });
+}
+
 TEST(Comm, ControlPlaneHelpers) {
   run_ranks(3, [](RankContext& ctx) {
     const std::string mine = std::string(ctx.rank * 2, 'x') + "r" + std::to_string(ctx.rank);

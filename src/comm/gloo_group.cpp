@@ -6,6 +6,7 @@
 
 #include "comm/backends.h"
 #include "comm/collective_checks.h"
+#include "comm/member_barrier.h"
 #include "fsdp/error_message.h"
 
 namespace fsdp::comm {
@@ -70,7 +71,11 @@ GlooGroup::GlooGroup(c10::intrusive_ptr<c10d::Store> store, std::string key_pref
     : StoreBackedGroup(&make_gloo_group, std::move(store), std::move(key_prefix), rank, size,
                        std::move(options), std::move(global_ranks)) {
   // A group of one talks to no one. (`options` has moved into the base.)
-  if (size > 1) gloo_ = join_gloo_peers(rendezvous_store(), rank, size, this->options());
+  if (size == 1) return;
+  gloo_ = join_gloo_peers(rendezvous_store(), rank, size, this->options());
+  // [Note: a group is ready only when every member has joined]
+  wait_for_every_member(rendezvous_store(), rank, size, this->options().name,
+                        this->options().timeout);
 }
 
 GlooGroup::~GlooGroup() = default;

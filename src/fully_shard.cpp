@@ -1,7 +1,6 @@
 #include "fsdp/fully_shard.h"
 
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <algorithm>
 #include <map>
@@ -24,7 +23,7 @@ namespace {
 ProcessGroupPtr make_self_group(const ProcessGroup& world) {
   GroupOptions options = world.options();
   options.name = world.options().name + "/self";
-  return make_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
+  return make_single_process_group(std::move(options));
 }
 
 detail::UnitGroups groups_for(const FullyShardOptions& options, const ProcessGroupPtr& world) {

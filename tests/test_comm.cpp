@@ -310,6 +310,52 @@ TEST(CommErrors, ArgumentChecksNameTheValuesAndTheFix) {
   });
 }
 
+// make_single_process_group: this process alone, no store or launcher to set
+// up. Every collective is the identity (kAvg over one rank included), and the
+// options given are the group's.
+TEST(SingleProcessGroup, CollectivesAreTheIdentityAndOptionsAreKept) {
+  GroupOptions options;
+  options.name = "alone";
+  options.timeout = std::chrono::seconds(7);
+  ProcessGroupPtr group = make_single_process_group(options);
+  ASSERT_TRUE(group);
+  EXPECT_EQ(group->rank(), 0);
+  EXPECT_EQ(group->size(), 1);
+  EXPECT_EQ(group->options().name, "alone");
+  EXPECT_EQ(group->options().timeout, std::chrono::milliseconds(7000));
+  EXPECT_EQ(group->global_ranks(), std::vector<int>{0});
+
+  const at::Tensor values = rank_values(0, 6, at::kFloat);
+  at::Tensor gathered = at::empty({6}, at::kFloat);
+  group->all_gather(gathered, values)->wait();
+  EXPECT_TRUE(at::equal(gathered, values));
+  at::Tensor scattered = at::empty({6}, at::kFloat);
+  group->reduce_scatter(scattered, values.clone(), ReduceOp::kSum)->wait();
+  EXPECT_TRUE(at::equal(scattered, values));
+  at::Tensor averaged = values.clone();
+  group->all_reduce(averaged, ReduceOp::kAvg)->wait();
+  EXPECT_TRUE(at::equal(averaged, values));
+  at::Tensor broadcast = values.clone();
+  group->broadcast(broadcast, 0)->wait();
+  EXPECT_TRUE(at::equal(broadcast, values));
+  group->barrier()->wait();
+  EXPECT_EQ(all_gather_strings(*group, "only"), std::vector<std::string>{"only"});
+  EXPECT_EQ(group->counters().all_gather, 3);  // ours, and all_gather_strings' two
+}
+
+// Two single-process groups are independent: each has its own store, so the
+// same name in both is no clash.
+TEST(SingleProcessGroup, GroupsOfTheSameNameAreIndependent) {
+  ProcessGroupPtr a = make_single_process_group();
+  ProcessGroupPtr b = make_single_process_group();
+  at::Tensor t = at::ones({3}, at::kFloat);
+  a->all_reduce(t, ReduceOp::kSum)->wait();
+  b->all_reduce(t, ReduceOp::kSum)->wait();
+  EXPECT_TRUE(t.eq(1.0f).all().item<bool>());
+  EXPECT_EQ(a->counters().all_reduce, 1);
+  EXPECT_EQ(b->counters().all_reduce, 1);
+}
+
 #if !defined(FSDP_WITH_NCCL)
 TEST(CommErrors, NcclWithoutCudaBuildSaysHowToGetIt) {
   run_ranks(1, [](RankContext& ctx) {

@@ -8,7 +8,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
@@ -68,7 +67,7 @@ double timed_step(Model& model, torch::optim::Optimizer& opt, const at::Tensor& 
 void run_overhead(const OverheadConfig& c) {
   at::set_num_threads(1);  // per-unit overhead is single-threaded work
   Tower local(c.units, c.width, false);
-  auto group = make_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1);
+  auto group = make_single_process_group();
   auto sharded = fully_shard(Tower(c.units, c.width, true), FullyShardOptions().process_group(group));
   torch::optim::SGD local_opt(local->parameters(), torch::optim::SGDOptions(1e-3));
   torch::optim::SGD fsdp_opt(sharded->parameters(), torch::optim::SGDOptions(1e-3));

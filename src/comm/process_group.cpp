@@ -4,6 +4,7 @@
 #include "fsdp/comm/process_group.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
@@ -80,6 +81,11 @@ ProcessGroupPtr init_process_group_from_env(GroupOptions options) {
   options.hostname = comm::gloo_hostname_for_job(options.hostname, env.master_addr,
                                                  env.master_port);
   return make_process_group(store, env.rank, env.world_size, std::move(options));
+}
+
+ProcessGroupPtr make_single_process_group(GroupOptions options) {
+  // No peers to meet: an in-memory store serves the group's only rank.
+  return make_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, std::move(options));
 }
 
 DeviceMesh make_hybrid_mesh(const ProcessGroupPtr& world, int shard_size) {

@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <cstdlib>
 
@@ -19,7 +18,7 @@ ProcessGroupPtr nccl_world() {
   GroupOptions options;
   options.backend = CommBackend::kNccl;
   options.name = "nccl";
-  return make_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
+  return make_single_process_group(options);
 }
 
 TEST(Gpu, NcclCollectivesAtWorldSizeOne) {

@@ -19,7 +19,6 @@
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -122,14 +121,14 @@ int report_bad_input(const std::vector<std::string>& errors) {
   return kBadInput;
 }
 
-// Creates the process group (alone: a one-rank group over a HashStore) and
+// Creates the process group (alone: a one-rank group) and
 // trains. A failure from here on is not the input's: exit 1.
 int train_in_world(TrainSetup& setup, bool distributed, const fsdp::LaunchEnv& env) {
   try {
     if (distributed) {
       setup.world = fsdp::init_process_group_from_env();
     } else {
-      setup.world = fsdp::make_process_group(c10::make_intrusive<c10d::HashStore>(), 0, 1);
+      setup.world = fsdp::make_single_process_group();
     }
     return fsdp_train::train(setup);
   } catch (const std::exception& e) {

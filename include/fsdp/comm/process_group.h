@@ -128,6 +128,12 @@ ProcessGroupPtr make_process_group(const c10::intrusive_ptr<c10d::Store>& store,
 // of the route to MASTER_ADDR.
 ProcessGroupPtr init_process_group_from_env(GroupOptions options = {});
 
+// A group of one rank, this process alone: training or testing without a
+// launcher, or a step that needs no peers. Its collectives are local copies.
+//   auto world = fsdp::make_single_process_group();
+//   auto model = fsdp::fully_shard(Net(), fsdp::FullyShardOptions().process_group(world));
+ProcessGroupPtr make_single_process_group(GroupOptions options = {});
+
 // A 2-D mesh for hybrid sharding: ranks are laid out as replicate x shard,
 // rank = replica_index * shard_size + shard_index. Parameters are sharded in
 // `shard` and replicated across `replicate`. Collective over `world`.

@@ -1,5 +1,6 @@
 # Thin wrapper over CMake. `make` builds, `make test` installs what is missing,
-# builds and runs the whole CTest suite, `make demo` runs the main job.
+# builds and runs the whole CTest suite, `make demo` builds what the demo runs
+# (fsdp-run, fsdp-train) and runs the main job.
 # `make test-libtorch2` builds and runs the suite again against LibTorch 2.6,
 # in a Debian 13 root made once (scripts/libtorch2-root.sh; needs root).
 BUILD_DIR ?= build
@@ -28,8 +29,10 @@ test: deps
 test-libtorch2:
 	@JOBS=$(JOBS) scripts/test-libtorch2.sh
 
+# The demo builds only what scripts/demo.sh runs, not the tests.
 demo: deps
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target fsdp-run fsdp-train
 	@BUILD_DIR=$(BUILD_DIR) scripts/demo.sh
 
 format:

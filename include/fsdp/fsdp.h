@@ -14,7 +14,17 @@
 //   fsdp/state_dict.h          full and sharded model state dicts, loading
 //   fsdp/error_message.h       an error's message without its C++ backtrace
 //   fsdp/optim_state_dict.h    optimizer state dicts by parameter name
+//   fsdp/checkpoint/training_state.h  save and load a sharded model and optimizer
+//   fsdp/checkpoint/save.h     the collective sharded save of tensor pieces
+//   fsdp/checkpoint/reader.h   reading a checkpoint on any world size
+//   fsdp/checkpoint/strict_check.h    what a checkpoint holds against what a model expects
+//   fsdp/checkpoint/convert.h  offline consolidate / export / reshard
 
+#include "fsdp/checkpoint/convert.h"
+#include "fsdp/checkpoint/reader.h"
+#include "fsdp/checkpoint/save.h"
+#include "fsdp/checkpoint/strict_check.h"
+#include "fsdp/checkpoint/training_state.h"
 #include "fsdp/clip_grad.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"

@@ -9,6 +9,7 @@ packages=(
   libopenblas0-openmp             # 30x faster matmul than Debian's reference BLAS
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev
+  rapidjson-dev                   # the library's JSON (src/json/json_io.h)
   gnuplot-nox fortunes            # the demo's plot and default corpus
   openmpi-bin libopenmpi-dev      # the mpirun launch test
   iproute2                        # the two-host network-namespace test

@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
+#include <rapidjson/document.h>
 #include <random>
 
 #include "checkpoint/atomic_file.h"
@@ -31,7 +31,6 @@ namespace fs = std::filesystem;
 using fsdp::ckpt::Reader;
 using fsdp::ckpt::SaveOptions;
 using fsdp::ckpt::TensorPiece;
-using json = nlohmann::json;
 
 namespace {
 
@@ -142,19 +141,22 @@ TEST(Safetensors, RoundTripsEveryDtypeAndScalars) {
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   EXPECT_EQ((8 + n) % 8, 0u);
-  const json header = json::parse(bytes.substr(8, n));
-  EXPECT_EQ(header["__metadata__"]["hello"], "world");
-  EXPECT_EQ(header["bf16"]["dtype"], "BF16");
-  EXPECT_EQ(header["f16"]["dtype"], "F16");
-  EXPECT_EQ(header["i64"]["dtype"], "I64");
-  EXPECT_EQ(header["bool"]["dtype"], "BOOL");
-  EXPECT_EQ(header["scalar"]["shape"], json::array());
-  const auto off = header["f64"]["data_offsets"].get<std::vector<int64_t>>();
+  rapidjson::Document header;
+  header.Parse(bytes.substr(8, n).c_str());
+  ASSERT_FALSE(header.HasParseError());
+  EXPECT_STREQ(header["__metadata__"]["hello"].GetString(), "world");
+  EXPECT_STREQ(header["bf16"]["dtype"].GetString(), "BF16");
+  EXPECT_STREQ(header["f16"]["dtype"].GetString(), "F16");
+  EXPECT_STREQ(header["i64"]["dtype"].GetString(), "I64");
+  EXPECT_STREQ(header["bool"]["dtype"].GetString(), "BOOL");
+  EXPECT_TRUE(header["scalar"]["shape"].IsArray() && header["scalar"]["shape"].Empty());
+  const std::vector<int64_t> off = {header["f64"]["data_offsets"][0].GetInt64(),
+                                    header["f64"]["data_offsets"][1].GetInt64()};
   ASSERT_EQ(off[1] - off[0], 6 * 8);
   double first = 0;
   std::memcpy(&first, bytes.data() + 8 + n + off[0], 8);
   EXPECT_EQ(first, tensors[3].second[0].item<double>());
-  EXPECT_EQ(8 + n + header["empty"]["data_offsets"][1].get<uint64_t>() <= bytes.size(), true);
+  EXPECT_EQ(8 + n + header["empty"]["data_offsets"][1].GetUint64() <= bytes.size(), true);
 }
 
 TEST(Safetensors, RejectsExistingFileUnlessOverwrite) {
@@ -198,7 +200,7 @@ TEST(CheckpointIndex, JsonRoundTripAndValidation) {
   fsdp::ckpt::Index index;
   index.world_size = 2;
   index.step = 42;
-  index.extras = {{"lr", 0.5}, {"loader", {{"epoch", 3}}}};
+  index.extras_json = R"({"lr":0.5,"loader":{"epoch":3}})";
   index.checksum_block_bytes = 16;
   index.files = {{"rank-00000-of-00002.safetensors", 0, 100}, {"rank-00001-of-00002.safetensors", 1, 80}};
   fsdp::ckpt::TensorInfo t{"w", {2, 5}, at::kFloat, {}};
@@ -207,13 +209,17 @@ TEST(CheckpointIndex, JsonRoundTripAndValidation) {
   index.tensors.push_back(t);
   index.tensors.push_back({"s", {}, at::kLong, {{0, "s@0", 0, 1, 88, {7}}}});
 
-  const json j = index.to_json();
-  EXPECT_EQ(j["format"], "libfsdp-checkpoint");
-  EXPECT_EQ(j["tensors"][0]["pieces"][0]["block_xxh64"][0], "0123456789abcdef");
-  const auto back = fsdp::ckpt::Index::from_json(json::parse(j.dump()), "test");
+  const std::string j = index.to_json();
+  rapidjson::Document parsed;
+  parsed.Parse(j.c_str());
+  ASSERT_FALSE(parsed.HasParseError()) << j;
+  EXPECT_STREQ(parsed["format"].GetString(), "libfsdp-checkpoint");
+  EXPECT_STREQ(parsed["tensors"][0]["pieces"][0]["block_xxh64"][0].GetString(), "0123456789abcdef");
+  EXPECT_EQ(parsed["extras"]["loader"]["epoch"].GetInt(), 3);
+  const auto back = fsdp::ckpt::Index::from_json(j, "test");
   EXPECT_EQ(back.to_json(), j);
   EXPECT_EQ(back.tensors[0].pieces[1].block_checksums[0], 42u);
-  EXPECT_EQ(back.extras["loader"]["epoch"], 3);
+  EXPECT_EQ(back.extras_json, index.extras_json);
 
   auto gap = index;
   gap.tensors[0].pieces[1].flat_begin = 7;
@@ -228,12 +234,23 @@ TEST(CheckpointIndex, JsonRoundTripAndValidation) {
   auto bad_hashes = index;
   bad_hashes.tensors[0].pieces[0].block_checksums.pop_back();
   EXPECT_THROWS_WITH(bad_hashes.validate("idx"), "has 1 block checksums, expected 2");
-  json future = j;
-  future["format_version"] = 99;
-  EXPECT_THROWS_WITH(fsdp::ckpt::Index::from_json(future, "idx"), "format_version 99");
-  json escape = j;
-  escape["files"][0]["name"] = "../etc/passwd";
-  EXPECT_THROWS_WITH(fsdp::ckpt::Index::from_json(escape, "idx"), "must be a plain name");
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = j;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " not in " << j;
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  EXPECT_THROWS_WITH(fsdp::ckpt::Index::from_json(replaced("\"format_version\": 1", "\"format_version\": 99"), "idx"),
+                     "format_version 99");
+  EXPECT_THROWS_WITH(fsdp::ckpt::Index::from_json(
+                         replaced("\"rank-00000-of-00002.safetensors\"", "\"../etc/passwd\""), "idx"),
+                     "must be a plain name");
+  // A field of the wrong type is named, with the file.
+  EXPECT_THROWS_WITH(fsdp::ckpt::Index::from_json(replaced("\"step\": 42", "\"step\": \"42\""),
+                                                  "checkpoint index 'x/index.json'"),
+                     "checkpoint index 'x/index.json': field 'step' is not an integer (it is a string)");
+  EXPECT_THROWS_WITH(fsdp::ckpt::Index::from_json(replaced("\"extras\": {", "\"extras\": [1], \"x\": {"), "idx"),
+                     "field 'extras' is not an object (it is an array)");
 }
 
 TEST(CheckpointReader, ReadsArbitraryRangesAcrossPieces) {
@@ -241,14 +258,23 @@ TEST(CheckpointReader, ReadsArbitraryRangesAcrossPieces) {
   const Sample s = sample_model();
   SaveOptions options;
   options.step = 1234;
-  options.extras = {{"data_position", 98765}, {"note", "hi"}};
+  options.extras_json = R"({"data_position": 98765, "note": "hi"})";
   options.checksum_block_bytes = 24;  // tiny blocks: ranges start and end mid-block
   const std::string dir = tmp / "ckpt";
   fsdp::ckpt::save_local(dir, shard_like_fsdp(s.sharded, s.replicated, 3), options);
 
   const Reader reader = Reader::open(dir);
   EXPECT_EQ(reader.step(), 1234);
-  EXPECT_EQ(reader.extras()["data_position"], 98765);
+  EXPECT_EQ(reader.extras_json(), R"({"data_position":98765,"note":"hi"})");
+  SaveOptions not_an_object = options;
+  not_an_object.extras_json = "[1, 2]";
+  EXPECT_THROWS_WITH(fsdp::ckpt::save_local(tmp / "other", shard_like_fsdp(s.sharded, s.replicated, 1), not_an_object),
+                     "SaveOptions::extras_json must be the text of a JSON object");
+  not_an_object.extras_json = "{\"unclosed\": ";
+  EXPECT_THROWS_WITH(fsdp::ckpt::save_local(tmp / "other", shard_like_fsdp(s.sharded, s.replicated, 1), not_an_object),
+                     "SaveOptions::extras_json must be the text of a JSON object, e.g. {\"data_position\": 123}; "
+                     "got invalid JSON (");
+  EXPECT_FALSE(fs::exists(tmp / "other"));
   EXPECT_EQ(reader.saved_world_size(), 3);
   EXPECT_EQ(reader.names().size(), s.sharded.size() + s.replicated.size());
   EXPECT_EQ(reader.names()[0], "embed.weight");  // save order
@@ -358,7 +384,7 @@ TEST(CheckpointReader, MissingIndexSaysTheSaveDidNotComplete) {
   fs::create_directory(tmp / "step-5.partial-123-abc");
   EXPECT_THROWS_WITH(Reader::open(tmp / "step-5"), "step-5.partial-123-abc', left by a save that did not complete");
   fsdp::ckpt::write_file_atomic(dir + "/index.json", "{\"format\": ", false);
-  EXPECT_THROWS_WITH(Reader::open(dir), "index.json' is corrupted (invalid JSON)");
+  EXPECT_THROWS_WITH(Reader::open(dir), "index.json' is corrupted (invalid JSON: ");
 }
 
 TEST(CheckpointStrictCheck, ListsEveryProblemAtOnce) {

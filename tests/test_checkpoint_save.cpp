@@ -88,13 +88,13 @@ TEST(CheckpointSave, SavesAtTwoRanksAndReadsAnyRange) {
   run_ranks(2, [&](RankContext& ctx) {
     SaveOptions options;
     options.step = 300;
-    options.extras = {{"tokens_seen", 123456}};
+    options.extras_json = R"({"tokens_seen": 123456})";
     options.checksum_block_bytes = 40;
     fsdp::ckpt::save(*ctx.group, dir, my_pieces(ctx.rank, ctx.world_size), options);
     // Every rank returns only once the checkpoint is complete.
     const Reader reader = Reader::open(dir);
     TORCH_CHECK(reader.step() == 300 && reader.saved_world_size() == 2);
-    TORCH_CHECK(reader.extras()["tokens_seen"] == 123456);
+    TORCH_CHECK(reader.extras_json() == R"({"tokens_seen":123456})", reader.extras_json());
   });
   const Reader reader = Reader::open(dir);
   EXPECT_EQ(reader.index().files.size(), 2u);

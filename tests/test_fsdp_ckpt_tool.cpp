@@ -84,7 +84,7 @@ void save_model(const std::string& dir) {
   }
   fsdp::ckpt::SaveOptions options;
   options.step = 77;
-  options.extras = {{"lr", 0.001}};
+  options.extras_json = R"({"lr": 0.001})";
   fsdp::ckpt::save_local(dir, by_rank, options);
 }
 
@@ -209,7 +209,7 @@ TEST(FsdpCkptTool, ReshardRewritesForAnotherWorldSize) {
     const Reader reader = Reader::open(out);
     EXPECT_EQ(reader.saved_world_size(), world_size);
     EXPECT_EQ(reader.step(), 77);
-    EXPECT_EQ(reader.extras()["lr"], 0.001);
+    EXPECT_EQ(reader.extras_json(), R"({"lr":0.001})");
     reader.verify_all();
     for (const auto& [name, full] : model()) {
       EXPECT_TRUE(at::equal(reader.read_full(name), full)) << name << " at world size " << world_size;

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
+#include <rapidjson/document.h>
 
 #include <algorithm>
 #include <chrono>
@@ -233,7 +233,11 @@ std::vector<double> read_losses(const std::string& run_dir) {
   std::vector<double> losses;
   std::string line;
   while (std::getline(in, line)) {
-    if (!line.empty()) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+    if (line.empty()) continue;
+    rapidjson::Document j;
+    j.Parse<rapidjson::kParseFullPrecisionFlag>(line.c_str());
+    EXPECT_TRUE(!j.HasParseError() && j.IsObject() && j.HasMember("loss")) << line;
+    losses.push_back(j.HasParseError() || !j.IsObject() || !j.HasMember("loss") ? 0.0 : j["loss"].GetDouble());
   }
   return losses;
 }

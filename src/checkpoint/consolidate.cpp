@@ -16,7 +16,7 @@ void consolidate(const std::string& dir, const std::string& out, bool overwrite)
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"},
       {"libfsdp_step", std::to_string(reader.step())},
-      {"libfsdp_extras", reader.extras().dump()}};
+      {"libfsdp_extras", reader.extras_json()}};
   safetensors::Writer writer(file.file(), declared, metadata);
   for (const auto& t : reader.index().tensors) writer.write_next(reader.read_full(t.name));
   writer.finish();

@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/accumulate.h>
-#include <fmt/format.h>
+#include <cstdio>
 
 #include <filesystem>
 #include <unordered_set>
@@ -11,11 +11,11 @@
 #include "fsdp/checkpoint/checksum.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/error_message.h"
+#include "json/json_io.h"
 
 namespace fsdp::ckpt {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 int64_t TensorInfo::numel() const { return c10::multiply_integers(shape); }
 
@@ -24,85 +24,99 @@ std::string piece_key(const std::string& name, int64_t flat_begin) {
 }
 
 std::string rank_file_name(int rank, int world_size) {
-  return fmt::format("rank-{:05d}-of-{:05d}.safetensors", rank, world_size);
+  char name[64];
+  std::snprintf(name, sizeof(name), "rank-%05d-of-%05d.safetensors", rank, world_size);
+  return name;
 }
 
-json Index::to_json() const {
-  json j;
-  j["format"] = kFormatName;
-  j["format_version"] = format_version;
-  j["world_size"] = world_size;
-  j["step"] = step;
-  j["extras"] = extras;
-  j["checksum"] = {{"algorithm", "xxh64"}, {"seed", 0}, {"block_bytes", checksum_block_bytes}};
-  j["files"] = json::array();
-  for (const auto& f : files) j["files"].push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}});
-  j["tensors"] = json::array();
+std::string Index::to_json() const {
+  json::Writer w(/*indent=*/1);
+  w.begin_object();
+  w.member("format", kFormatName).member("format_version", format_version);
+  w.member("world_size", world_size).member("step", step);
+  w.key("extras").raw(extras_json.empty() ? "{}" : extras_json);
+  w.key("checksum").begin_object();
+  w.member("algorithm", "xxh64").member("seed", 0).member("block_bytes", checksum_block_bytes);
+  w.end_object();
+  w.key("files").begin_array();
+  for (const auto& f : files)
+    w.begin_object().member("name", f.name).member("rank", f.rank).member("bytes", f.bytes).end_object();
+  w.end_array();
+  w.key("tensors").begin_array();
   for (const auto& t : tensors) {
-    json jt;
-    jt["name"] = t.name;
-    jt["shape"] = t.shape;
-    jt["dtype"] = safetensors::dtype_name(t.dtype);
-    jt["pieces"] = json::array();
+    w.begin_object().member("name", t.name);
+    w.key("shape").array(t.shape);
+    w.member("dtype", safetensors::dtype_name(t.dtype));
+    w.key("pieces").begin_array();
     for (const auto& p : t.pieces) {
-      json hashes = json::array();
-      for (uint64_t h : p.block_checksums) hashes.push_back(checksum_to_hex(h));
-      jt["pieces"].push_back({{"file", p.file},
-                              {"key", p.key},
-                              {"flat_begin", p.flat_begin},
-                              {"flat_end", p.flat_end},
-                              {"byte_offset", p.byte_offset},
-                              {"block_xxh64", std::move(hashes)}});
+      w.begin_object().member("file", p.file).member("key", p.key);
+      w.member("flat_begin", p.flat_begin).member("flat_end", p.flat_end).member("byte_offset", p.byte_offset);
+      w.key("block_xxh64").begin_array();
+      for (uint64_t h : p.block_checksums) w.value(checksum_to_hex(h));
+      w.end_array().end_object();
     }
-    j["tensors"].push_back(std::move(jt));
+    w.end_array().end_object();
   }
-  return j;
+  w.end_array().end_object();
+  return w.text();
 }
 
-Index Index::from_json(const json& j, const std::string& source) {
-  Index index;
-  try {
-    TORCH_CHECK(j.is_object(), "fsdp: ", source, " is not a JSON object");
-    const std::string format = j.at("format").get<std::string>();
-    TORCH_CHECK(format == kFormatName, "fsdp: ", source, " has format \"", format, "\", expected \"",
-                kFormatName, "\"");
-    index.format_version = j.at("format_version").get<int>();
-    TORCH_CHECK(index.format_version == kFormatVersion, "fsdp: ", source, " has format_version ",
-                index.format_version, "; this libfsdp reads version ", kFormatVersion,
-                " (upgrade libfsdp to read newer checkpoints)");
-    index.world_size = j.at("world_size").get<int>();
-    index.step = j.at("step").get<int64_t>();
-    index.extras = j.value("extras", json::object());
-    const json& checksum = j.at("checksum");
-    const std::string algorithm = checksum.at("algorithm").get<std::string>();
-    TORCH_CHECK(algorithm == "xxh64", "fsdp: ", source, " uses checksum algorithm \"", algorithm,
-                "\"; only xxh64 is supported");
-    index.checksum_block_bytes = checksum.at("block_bytes").get<int64_t>();
-    for (const auto& jf : j.at("files"))
-      index.files.push_back({jf.at("name").get<std::string>(), jf.at("rank").get<int>(),
-                             jf.at("bytes").get<int64_t>()});
-    for (const auto& jt : j.at("tensors")) {
-      TensorInfo t;
-      t.name = jt.at("name").get<std::string>();
-      t.shape = jt.at("shape").get<std::vector<int64_t>>();
-      t.dtype = safetensors::dtype_from_name(jt.at("dtype").get<std::string>());
-      for (const auto& jp : jt.at("pieces")) {
-        PieceInfo p;
-        p.file = jp.at("file").get<int>();
-        p.key = jp.at("key").get<std::string>();
-        p.flat_begin = jp.at("flat_begin").get<int64_t>();
-        p.flat_end = jp.at("flat_end").get<int64_t>();
-        p.byte_offset = jp.at("byte_offset").get<int64_t>();
-        for (const auto& h : jp.at("block_xxh64"))
-          p.block_checksums.push_back(
-              checksum_from_hex(h.get<std::string>(), source + ", tensor '" + t.name + "'"));
-        t.pieces.push_back(std::move(p));
-      }
-      index.tensors.push_back(std::move(t));
-    }
-  } catch (const json::exception& e) {
-    TORCH_CHECK(false, "fsdp: ", source, " is malformed: ", error_message(e));
+namespace {
+
+TensorInfo tensor_from_json(const json::Value& jt, const std::string& source) {
+  TensorInfo t;
+  t.name = json::string_field(jt, "name", source + ", a tensor");
+  const std::string where = source + ", tensor '" + t.name + "'";
+  t.shape = json::int64_array_field(jt, "shape", where);
+  t.dtype = safetensors::dtype_from_name(json::string_field(jt, "dtype", where));
+  const json::Value& pieces = json::array_field(jt, "pieces", where);
+  for (const auto& jp : pieces.GetArray()) {
+    PieceInfo p;
+    p.file = json::int_field(jp, "file", where + ", a piece");
+    p.key = json::string_field(jp, "key", where + ", a piece");
+    const std::string piece = where + ", piece '" + p.key + "'";
+    p.flat_begin = json::int64_field(jp, "flat_begin", piece);
+    p.flat_end = json::int64_field(jp, "flat_end", piece);
+    p.byte_offset = json::int64_field(jp, "byte_offset", piece);
+    for (const std::string& h : json::string_array_field(jp, "block_xxh64", piece))
+      p.block_checksums.push_back(checksum_from_hex(h, where));
+    t.pieces.push_back(std::move(p));
   }
+  return t;
+}
+
+}  // namespace
+
+Index Index::from_json(const std::string& text, const std::string& source) {
+  const json::Document j = json::parse(text, source);
+  json::require_object(j, source);
+  Index index;
+  const std::string format = json::string_field(j, "format", source);
+  TORCH_CHECK(format == kFormatName, "fsdp: ", source, " has format \"", format, "\", expected \"",
+              kFormatName, "\"");
+  index.format_version = json::int_field(j, "format_version", source);
+  TORCH_CHECK(index.format_version == kFormatVersion, "fsdp: ", source, " has format_version ",
+              index.format_version, "; this libfsdp reads version ", kFormatVersion,
+              " (upgrade libfsdp to read newer checkpoints)");
+  index.world_size = json::int_field(j, "world_size", source);
+  index.step = json::int64_field(j, "step", source);
+  if (json::has(j, "extras")) {
+    const json::Value& extras = j["extras"];
+    TORCH_CHECK(extras.IsObject(), "fsdp: ", source, ": field 'extras' is not an object (it is ",
+                json::kind_name(extras), ")");
+    index.extras_json = json::to_text(extras);
+  }
+  const json::Value& checksum = json::field(j, "checksum", source);
+  const std::string algorithm = json::string_field(checksum, "algorithm", source + ", checksum");
+  TORCH_CHECK(algorithm == "xxh64", "fsdp: ", source, " uses checksum algorithm \"", algorithm,
+              "\"; only xxh64 is supported");
+  index.checksum_block_bytes = json::int64_field(checksum, "block_bytes", source + ", checksum");
+  for (const auto& jf : json::array_field(j, "files", source).GetArray())
+    index.files.push_back({json::string_field(jf, "name", source + ", a file"),
+                           json::int_field(jf, "rank", source + ", a file"),
+                           json::int64_field(jf, "bytes", source + ", a file")});
+  for (const auto& jt : json::array_field(j, "tensors", source).GetArray())
+    index.tensors.push_back(tensor_from_json(jt, source));
   index.validate(source);
   return index;
 }
@@ -172,18 +186,12 @@ Index read_index(const std::string& dir) {
   const std::string path = (fs::path(dir) / kIndexFileName).string();
   TORCH_CHECK(fs::exists(path, ec), "fsdp: '", dir, "' has no ", kIndexFileName,
               ": the save did not complete (was a rank killed?), or this is not a libfsdp checkpoint");
-  json j;
-  try {
-    j = json::parse(read_file(path));
-  } catch (const json::exception& e) {
-    TORCH_CHECK(false, "fsdp: '", path, "' is corrupted (invalid JSON): ", error_message(e));
-  }
-  return Index::from_json(j, "'" + path + "'");
+  return Index::from_json(read_file(path), "checkpoint index '" + path + "'");
 }
 
 void write_index(const std::string& dir, const Index& index) {
   index.validate("index for '" + dir + "'");
-  write_file_atomic((fs::path(dir) / kIndexFileName).string(), index.to_json().dump(1) + "\n",
+  write_file_atomic((fs::path(dir) / kIndexFileName).string(), index.to_json() + "\n",
                     /*overwrite=*/false);
 }
 

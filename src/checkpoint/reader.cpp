@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
@@ -161,9 +160,9 @@ VerifyReport Reader::verify_all() const {
     if (!fs::exists(path, ec)) continue;  // reported below, per tensor
     const int64_t size = static_cast<int64_t>(fs::file_size(path, ec));
     if (!ec && size != index_->files[f].bytes)
-      problems.push_back(fmt::format("checkpoint data file '{}' has {} bytes but the index records {} ({})",
-                                     path, size, index_->files[f].bytes,
-                                     size < index_->files[f].bytes ? "truncated" : "extra bytes appended"));
+      problems.push_back(c10::str("checkpoint data file '", path, "' has ", size, " bytes but the index records ",
+                                  index_->files[f].bytes, " (",
+                                  size < index_->files[f].bytes ? "truncated" : "extra bytes appended", ")"));
   }
   // Verify in chunks of whole blocks so memory stays bounded.
   const int64_t block = index_->checksum_block_bytes;
@@ -189,11 +188,11 @@ VerifyReport Reader::verify_all() const {
     }
   }
   if (!problems.empty()) {
-    std::string message = fmt::format("fsdp: checkpoint '{}' failed verification ({} problem{}):", dir_,
-                                      problems.size(), problems.size() == 1 ? "" : "s");
+    std::string message = c10::str("fsdp: checkpoint '", dir_, "' failed verification (", problems.size(),
+                                   " problem", problems.size() == 1 ? "" : "s", "):");
     constexpr size_t kShown = 20;
     for (size_t i = 0; i < std::min(problems.size(), kShown); ++i) message += "\n  " + problems[i];
-    if (problems.size() > kShown) message += fmt::format("\n  ... and {} more", problems.size() - kShown);
+    if (problems.size() > kShown) message += "\n  ... and " + std::to_string(problems.size() - kShown) + " more";
     TORCH_CHECK(false, message);
   }
   return report;

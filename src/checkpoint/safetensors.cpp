@@ -6,11 +6,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/safetensors_writer.h"
-#include "fsdp/error_message.h"
+#include "json/json_io.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the checkpoint code copies tensor bytes as-is and assumes a little-endian host");
@@ -18,8 +17,6 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 namespace fsdp::ckpt::safetensors {
 
 namespace {
-
-using json = nlohmann::json;
 
 // safetensors refuses headers above 100 MB; so do we, so a corrupted length
 // does not make us allocate gigabytes.
@@ -59,7 +56,7 @@ namespace {
 
 // The header's JSON object, after checking its length field fits the file.
 // Sets `data_start` to the file offset where the data section begins.
-json read_header_object(const InputFile& in, const std::string& path, int64_t* data_start) {
+json::Document read_header_object(const InputFile& in, const std::string& path, int64_t* data_start) {
   uint64_t n = 0;
   TORCH_CHECK(in.read_at(0, &n, 8), "fsdp: '", path, "' is not a safetensors file: it has only ", in.size(),
               " bytes, less than the 8-byte header length");
@@ -68,26 +65,22 @@ json read_header_object(const InputFile& in, const std::string& path, int64_t* d
               "length field says ", n, " bytes but the file has ", in.size(), " bytes");
   std::string text(n, '\0');
   TORCH_CHECK(in.read_at(8, text.data(), static_cast<int64_t>(n)), "fsdp: cannot read header of '", path, "'");
-  json header;
-  try {
-    header = json::parse(text);
-  } catch (const json::exception& e) {
-    TORCH_CHECK(false, "fsdp: '", path, "' has a corrupted safetensors header (invalid JSON): ",
-                error_message(e));
-  }
-  TORCH_CHECK(header.is_object(), "fsdp: '", path, "' has a safetensors header that is not a JSON object");
+  json::Document header = json::parse(text, "the safetensors header of '" + path + "'");
+  TORCH_CHECK(header.IsObject(), "fsdp: '", path, "' has a safetensors header that is not a JSON object");
   *data_start = 8 + static_cast<int64_t>(n);
   return header;
 }
 
 // One tensor's entry, checked against its shape and dtype and against the
 // `data_bytes` of the data section.
-Entry parse_entry(const std::string& path, const std::string& key, const json& value, int64_t data_bytes) {
+Entry parse_entry(const std::string& path, const std::string& key, const json::Value& value,
+                  int64_t data_bytes) {
   Entry e;
   e.key = key;
-  e.dtype = value.at("dtype").get<std::string>();
-  e.shape = value.at("shape").get<std::vector<int64_t>>();
-  auto offsets = value.at("data_offsets").get<std::vector<int64_t>>();
+  const std::string where = "the safetensors header of '" + path + "', tensor '" + key + "'";
+  e.dtype = json::string_field(value, "dtype", where);
+  e.shape = json::int64_array_field(value, "shape", where);
+  auto offsets = json::int64_array_field(value, "data_offsets", where);
   TORCH_CHECK(offsets.size() == 2, "fsdp: '", path, "': tensor '", e.key, "' has data_offsets with ",
               offsets.size(), " values, expected 2");
   e.begin = offsets[0];
@@ -119,19 +112,20 @@ void sort_and_check_overlap(const std::string& path, std::vector<Entry>* entries
 Header read_header(const std::string& path) {
   InputFile in(path);
   Header result;
-  const json header = read_header_object(in, path, &result.data_start);
+  const json::Document header = read_header_object(in, path, &result.data_start);
   const int64_t data_bytes = in.size() - result.data_start;
-  try {
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      if (it.key() != "__metadata__") {
-        result.entries.push_back(parse_entry(path, it.key(), it.value(), data_bytes));
-        continue;
-      }
-      for (auto m = it.value().begin(); m != it.value().end(); ++m)
-        result.metadata[m.key()] = m.value().get<std::string>();
+  for (const auto& member : header.GetObject()) {
+    const std::string key(member.name.GetString(), member.name.GetStringLength());
+    if (key != "__metadata__") {
+      result.entries.push_back(parse_entry(path, key, member.value, data_bytes));
+      continue;
     }
-  } catch (const json::exception& e) {
-    TORCH_CHECK(false, "fsdp: '", path, "' has a malformed safetensors header: ", error_message(e));
+    const std::string where = "the safetensors header of '" + path + "', __metadata__";
+    json::require_object(member.value, where);
+    for (const auto& m : member.value.GetObject()) {
+      const std::string name(m.name.GetString(), m.name.GetStringLength());
+      result.metadata[name] = json::as_string(m.value, where + ": field '" + name + "'");
+    }
   }
   sort_and_check_overlap(path, &result.entries);
   return result;

@@ -5,29 +5,37 @@
 #include <c10/util/accumulate.h>
 
 #include <cstring>
-#include <nlohmann/json.hpp>
+#include <set>
 
 #include "checkpoint/atomic_file.h"
+#include "json/json_io.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the checkpoint code copies tensor bytes as-is and assumes a little-endian host");
 
 namespace fsdp::ckpt::safetensors {
 
-using json = nlohmann::json;
-
 std::string encode_header(const std::vector<Entry>& entries,
                           const std::map<std::string, std::string>& metadata) {
-  // nlohmann's default json sorts keys; safetensors readers do not care about
-  // key order, only about data_offsets.
-  json header = json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  // Safetensors readers do not care about key order, only about data_offsets;
+  // the entries are written in data order, after __metadata__.
+  json::Writer header;
+  header.begin_object();
+  if (!metadata.empty()) {
+    header.key("__metadata__").begin_object();
+    for (const auto& [name, value] : metadata) header.member(name, value);
+    header.end_object();
+  }
+  std::set<std::string> keys;
   for (const auto& e : entries) {
     TORCH_CHECK(e.key != "__metadata__", "fsdp: a tensor may not be named __metadata__");
-    TORCH_CHECK(!header.contains(e.key), "fsdp: duplicate safetensors key '", e.key, "'");
-    header[e.key] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
+    TORCH_CHECK(keys.insert(e.key).second, "fsdp: duplicate safetensors key '", e.key, "'");
+    header.key(e.key).begin_object().member("dtype", e.dtype);
+    header.key("shape").array(e.shape);
+    header.key("data_offsets").begin_array().value(e.begin).value(e.end).end_array();
+    header.end_object();
   }
-  std::string text = header.dump();
+  std::string text = header.end_object().text();
   // Pad with spaces so the data section starts 8-byte aligned.
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
   uint64_t n = text.size();

@@ -3,12 +3,10 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <c10/util/accumulate.h>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/error_cause.h"
@@ -19,6 +17,7 @@
 #include "fsdp/checkpoint/index.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/comm/process_group.h"
+#include "json/json_io.h"
 
 // [Note: checkpoint commit protocol]
 // A save is three rounds in which every rank sends every other its Verdict
@@ -45,7 +44,6 @@
 namespace fsdp::ckpt {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 namespace {
 
@@ -78,62 +76,63 @@ void check_local_pieces(const std::vector<TensorPiece>& pieces) {
 
 // The work of round 2 on one rank: writes its pieces to its file and returns
 // the JSON record of what it wrote.
-json write_pieces(const std::string& staging, int rank, int world_size,
-                   const std::vector<TensorPiece>& pieces, int64_t block_bytes) {
+std::string write_pieces(const std::string& staging, int rank, int world_size,
+                         const std::vector<TensorPiece>& pieces, int64_t block_bytes) {
   check_local_pieces(pieces);
   const std::string file_name = rank_file_name(rank, world_size);
   const std::string path = (fs::path(staging) / file_name).string();
   std::vector<detail::PieceSpec> specs;
   std::vector<const TensorPiece*> written;
-  json declared = json::array();
+  json::Writer record;
+  record.begin_object().key("declared").begin_array();
   for (const auto& p : pieces) {
-    declared.push_back({{"name", p.name},
-                        {"shape", p.global_shape},
-                        {"dtype", safetensors::dtype_name(p.dtype)}});
+    record.begin_object().member("name", p.name);
+    record.key("shape").array(p.global_shape);
+    record.member("dtype", safetensors::dtype_name(p.dtype)).end_object();
     if (p.data.numel() == 0) continue;
     specs.push_back({p.name, p.dtype, p.flat_begin, p.data.numel()});
     written.push_back(&p);
   }
+  record.end_array();
   detail::run_save_hook(rank, testing::SavePhase::kBeforeDataFile, path);
-  json record;
-  record["declared"] = std::move(declared);
-  record["pieces"] = json::array();
-  record["file"] = file_name;
+  record.key("pieces").begin_array();
   if (specs.empty()) {
-    record["bytes"] = 0;
-    record["file"] = nullptr;  // a rank with nothing to save writes no file
+    // A rank with nothing to save writes no file.
+    record.end_array().member("bytes", int64_t{0}).key("file").null();
   } else {
     detail::RankFileWriter writer(path, rank, world_size, specs, block_bytes);
     for (const TensorPiece* p : written) writer.write_next(p->data.reshape({-1}));
-    record["bytes"] = writer.finish();
+    const int64_t bytes = writer.finish();
     for (size_t i = 0; i < specs.size(); ++i) {
       const PieceInfo& info = writer.pieces()[i];
-      json hashes = json::array();
-      for (uint64_t h : info.block_checksums) hashes.push_back(h);
-      record["pieces"].push_back({{"name", specs[i].name},
-                                  {"key", info.key},
-                                  {"flat_begin", info.flat_begin},
-                                  {"flat_end", info.flat_end},
-                                  {"byte_offset", info.byte_offset},
-                                  {"hashes", std::move(hashes)}});
+      record.begin_object().member("name", specs[i].name).member("key", info.key);
+      record.member("flat_begin", info.flat_begin).member("flat_end", info.flat_end);
+      record.member("byte_offset", info.byte_offset);
+      record.key("hashes").array(info.block_checksums);
+      record.end_object();
     }
+    record.end_array().member("bytes", bytes).member("file", file_name);
   }
   detail::run_save_hook(rank, testing::SavePhase::kAfterDataFile, path);
-  return record;
+  return record.end_object().text();
 }
+
+// Where a rank's record is named in errors.
+std::string record_source(size_t rank) { return "the save record of rank " + std::to_string(rank); }
 
 // The tensors the ranks declared, in the order first declared, with no
 // pieces yet. Every rank that declares a tensor must agree on its shape and
 // dtype. `position` maps each name to its place in the result.
-std::vector<TensorInfo> declared_tensors(const std::vector<json>& records,
+std::vector<TensorInfo> declared_tensors(const std::vector<json::Document>& records,
                                          std::map<std::string, size_t>* position) {
   std::vector<TensorInfo> tensors;
   std::map<std::string, int> declared_by;
   for (size_t rank = 0; rank < records.size(); ++rank) {
-    for (const auto& d : records[rank].at("declared")) {
-      const std::string name = d.at("name").get<std::string>();
-      const auto shape = d.at("shape").get<std::vector<int64_t>>();
-      const auto dtype = safetensors::dtype_from_name(d.at("dtype").get<std::string>());
+    const std::string source = record_source(rank);
+    for (const auto& d : json::array_field(records[rank], "declared", source).GetArray()) {
+      const std::string name = json::string_field(d, "name", source);
+      const auto shape = json::int64_array_field(d, "shape", source);
+      const auto dtype = safetensors::dtype_from_name(json::string_field(d, "dtype", source));
       auto it = position->find(name);
       if (it == position->end()) {
         (*position)[name] = tensors.size();
@@ -152,23 +151,24 @@ std::vector<TensorInfo> declared_tensors(const std::vector<json>& records,
 }
 
 // Adds each rank's file, and the pieces it holds to their tensors.
-void add_rank_files(const std::vector<json>& records, const std::map<std::string, size_t>& position,
+void add_rank_files(const std::vector<json::Document>& records, const std::map<std::string, size_t>& position,
                     Index* index) {
   for (size_t rank = 0; rank < records.size(); ++rank) {
-    const json& r = records[rank];
-    if (r.at("file").is_null()) continue;  // the rank had nothing to save
+    const json::Document& r = records[rank];
+    const std::string source = record_source(rank);
+    if (json::field(r, "file", source).IsNull()) continue;  // the rank had nothing to save
     const int file_index = static_cast<int>(index->files.size());
     index->files.push_back(
-        {r.at("file").get<std::string>(), static_cast<int>(rank), r.at("bytes").get<int64_t>()});
-    for (const auto& p : r.at("pieces")) {
+        {json::string_field(r, "file", source), static_cast<int>(rank), json::int64_field(r, "bytes", source)});
+    for (const auto& p : json::array_field(r, "pieces", source).GetArray()) {
       PieceInfo info;
       info.file = file_index;
-      info.key = p.at("key").get<std::string>();
-      info.flat_begin = p.at("flat_begin").get<int64_t>();
-      info.flat_end = p.at("flat_end").get<int64_t>();
-      info.byte_offset = p.at("byte_offset").get<int64_t>();
-      info.block_checksums = p.at("hashes").get<std::vector<uint64_t>>();
-      index->tensors[position.at(p.at("name").get<std::string>())].pieces.push_back(std::move(info));
+      info.key = json::string_field(p, "key", source);
+      info.flat_begin = json::int64_field(p, "flat_begin", source);
+      info.flat_end = json::int64_field(p, "flat_end", source);
+      info.byte_offset = json::int64_field(p, "byte_offset", source);
+      info.block_checksums = json::uint64_array_field(p, "hashes", source);
+      index->tensors[position.at(json::string_field(p, "name", source))].pieces.push_back(std::move(info));
     }
   }
 }
@@ -196,12 +196,24 @@ void check_tiling(const std::vector<FileInfo>& files, std::vector<TensorInfo>* t
   }
 }
 
+// SaveOptions::extras_json checked to be one JSON object, as compact text.
+std::string extras_text(const std::string& extras_json) {
+  if (extras_json.empty()) return "{}";
+  json::Document extras;
+  const std::string error = json::parse_error(extras_json, &extras);
+  TORCH_CHECK(error.empty() && extras.IsObject(),
+              "fsdp: SaveOptions::extras_json must be the text of a JSON object, e.g. {\"data_position\": 123}; "
+              "got ", error.empty() ? json::kind_name(extras) : "invalid JSON (" + error + ")", ": ",
+              extras_json.substr(0, 200));
+  return json::to_text(extras);
+}
+
 // Part of round 3 on rank 0: builds the index from every rank's record.
-Index build_index(const std::vector<json>& records, const SaveOptions& options) {
+Index build_index(const std::vector<json::Document>& records, const SaveOptions& options) {
   Index index;
   index.world_size = static_cast<int>(records.size());
   index.step = options.step;
-  index.extras = options.extras.is_null() ? json::object() : options.extras;
+  index.extras_json = extras_text(options.extras_json);
   index.checksum_block_bytes = options.checksum_block_bytes;
   std::map<std::string, size_t> position;
   index.tensors = declared_tensors(records, &position);
@@ -213,6 +225,7 @@ Index build_index(const std::vector<json>& records, const SaveOptions& options) 
 void check_save_options(const SaveOptions& options) {
   TORCH_CHECK(options.checksum_block_bytes > 0,
               "fsdp: SaveOptions::checksum_block_bytes must be positive, got ", options.checksum_block_bytes);
+  extras_text(options.extras_json);
 }
 
 // Round 1 on rank 0: checks the target and creates the staging directory.
@@ -246,10 +259,11 @@ std::string write_failures(const std::vector<detail::Verdict>& written) {
   for (size_t rank = 0; rank < written.size(); ++rank) {
     if (written[rank].ok) continue;
     ++failed;
-    lines += fmt::format("\n  rank {}: {}", rank, written[rank].message);
+    lines += "\n  rank " + std::to_string(rank) + ": " + written[rank].message;
   }
   if (failed == 0) return "";
-  return fmt::format("{} of {} ranks failed to write their data:{}", failed, written.size(), lines);
+  return std::to_string(failed) + " of " + std::to_string(written.size()) + " ranks failed to write their data:" +
+         lines;
 }
 
 // Round 3 on rank 0: if every rank wrote its file, writes the index and
@@ -262,8 +276,9 @@ detail::Verdict commit_checkpoint(const std::string& staging, const std::string&
     return detail::Verdict::failure(failures);
   }
   try {
-    std::vector<json> records;
-    for (const auto& verdict : written) records.push_back(verdict.result);
+    std::vector<json::Document> records;
+    for (size_t rank = 0; rank < written.size(); ++rank)
+      records.push_back(json::parse(written[rank].result, record_source(rank)));
     Index index = build_index(records, options);
     detail::run_save_hook(0, testing::SavePhase::kBeforeIndex, staging);
     detail::publish_checkpoint(staging, index, dir, options.overwrite);
@@ -301,7 +316,7 @@ void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorP
                                        .at(0);
   TORCH_CHECK(prepared.ok, "fsdp: checkpoint save to '", dir, "' failed before writing anything: ",
               prepared.message);
-  const std::string staging = prepared.result.get<std::string>();
+  const std::string staging = prepared.result;
 
   const std::vector<detail::Verdict> written =
       exchange(group, dir, "while writing data files",
@@ -324,7 +339,7 @@ void save_local(const std::string& dir, const std::vector<std::vector<TensorPiec
   const detail::Verdict prepared = prepare_target(dir, options.overwrite);
   TORCH_CHECK(prepared.ok, "fsdp: checkpoint save to '", dir, "' failed before writing anything: ",
               prepared.message);
-  const std::string staging = prepared.result.get<std::string>();
+  const std::string staging = prepared.result;
   std::vector<detail::Verdict> written;
   for (int rank = 0; rank < world_size; ++rank) {
     written.push_back(

@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <fcntl.h>
-#include <fmt/format.h>
+#include <cstdio>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -40,7 +40,9 @@ void check_target(const std::string& dir, bool overwrite) {
 
 std::string new_staging_id() {
   std::random_device rd;
-  return fmt::format("{}-{:08x}", ::getpid(), rd());
+  char id[32];
+  std::snprintf(id, sizeof(id), "%d-%08x", static_cast<int>(::getpid()), static_cast<unsigned>(rd()));
+  return id;
 }
 
 std::string staging_path(const std::string& dir, const std::string& id) {

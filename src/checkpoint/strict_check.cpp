@@ -1,7 +1,6 @@
 #include "fsdp/checkpoint/strict_check.h"
 
 #include <c10/util/Exception.h>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <sstream>
@@ -28,8 +27,8 @@ KeyCheck compare_keys(const Reader& reader, const std::map<std::string, Expected
     const auto& shape = reader.global_shape(name);
     const auto dtype = reader.dtype(name);
     if (shape != want.shape || dtype != want.dtype)
-      result.mismatched.push_back(fmt::format("{}: checkpoint has {}, model expects {}", name,
-                                              describe(shape, dtype), describe(want.shape, want.dtype)));
+      result.mismatched.push_back(name + ": checkpoint has " + describe(shape, dtype) + ", model expects " +
+                                  describe(want.shape, want.dtype));
   }
   for (const auto& name : reader.names())
     if (!expected.count(name)) result.unexpected.push_back(name);

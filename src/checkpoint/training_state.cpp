@@ -158,7 +158,7 @@ LoadResult load_training_state(ProcessGroup& group, const std::string& dir, Unit
   at::NoGradGuard no_grad;
   load_model(*reader, root, shards);
   if (optimizer) load_optimizer(*reader, *optimizer, shards);
-  return LoadResult{reader->step(), reader->extras(), reader->saved_world_size()};
+  return LoadResult{reader->step(), reader->extras_json(), reader->saved_world_size()};
 }
 
 }  // namespace fsdp::ckpt

@@ -3,28 +3,25 @@
 #include <c10/util/Exception.h>
 
 #include "fsdp/comm/process_group.h"
-#include "fsdp/error_message.h"
+#include "json/json_io.h"
 
 namespace fsdp::ckpt::detail {
 
-using json = nlohmann::json;
+Verdict Verdict::success(std::string result) { return Verdict{true, {}, std::move(result)}; }
 
-Verdict Verdict::success(json result) { return Verdict{true, {}, std::move(result)}; }
-
-Verdict Verdict::failure(std::string message) { return Verdict{false, std::move(message), json()}; }
+Verdict Verdict::failure(std::string message) { return Verdict{false, std::move(message), {}}; }
 
 std::string Verdict::encode() const {
-  return json{{"ok", ok}, {"message", message}, {"result", result}}.dump();
+  json::Writer w;
+  w.begin_object().member("ok", ok).member("message", message).member("result", result).end_object();
+  return w.text();
 }
 
 Verdict Verdict::decode(const std::string& text) {
-  try {
-    const json j = json::parse(text);
-    return Verdict{j.at("ok").get<bool>(), j.at("message").get<std::string>(), j.at("result")};
-  } catch (const json::exception& e) {
-    TORCH_CHECK(false, "fsdp: internal: a rank sent a malformed checkpoint verdict (", error_message(e),
-                "): ", text.substr(0, 200));
-  }
+  const std::string source = "a checkpoint verdict sent by a rank (internal error) " + text.substr(0, 200);
+  const json::Document j = json::parse(text, source);
+  return Verdict{json::bool_field(j, "ok", source), json::string_field(j, "message", source),
+                 json::string_field(j, "result", source)};
 }
 
 std::vector<Verdict> all_gather_verdicts(ProcessGroup& group, const Verdict& mine) {

@@ -5,8 +5,6 @@
 // object with named fields, so no reader parses a prefix or a position.
 // Internal to src/checkpoint.
 
-#include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
@@ -19,9 +17,9 @@ namespace fsdp::ckpt::detail {
 struct Verdict {
   bool ok = true;
   std::string message;                     // why the step failed; empty when ok
-  nlohmann::json result = nlohmann::json();  // what the step produced when ok; null for nothing
+  std::string result;   // what the step produced when ok (its own text, e.g. a path or JSON); "" for nothing
 
-  static Verdict success(nlohmann::json result = nlohmann::json());
+  static Verdict success(std::string result = "");
   // `message` is a cause, without the "fsdp: " prefix (see [Note: nested
   // error messages] in error_cause.h).
   static Verdict failure(std::string message);

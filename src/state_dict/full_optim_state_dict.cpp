@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <nlohmann/json.hpp>
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 
 #include "fsdp/optim_state_dict.h"
 #include "state_dict/optimizer_fields.h"
+#include "json/json_io.h"
 #include "state_dict/unit_gather.h"
 
 namespace fsdp {
@@ -55,22 +55,26 @@ struct StatePresence {
 
 StatePresence agree_on_presence(ProcessGroup& world, const LocalStates& local) {
   const size_t count = local.fields.size();
-  nlohmann::json mine = nlohmann::json::array();
+  json::Writer mine;
+  mine.begin_array();
   for (size_t i = 0; i < count; ++i) {
-    nlohmann::json names = nlohmann::json::array();
+    std::vector<std::string> names;
     if (local.has_state[i]) {
       for (const auto& f : local.fields[i].tensors) names.push_back(f.first);
     }
-    mine.push_back({{"fields", names}, {"step", local.has_state[i] ? local.fields[i].step : -1}});
+    mine.begin_object().key("fields").array(names);
+    mine.member("step", local.has_state[i] ? local.fields[i].step : int64_t{-1}).end_object();
   }
+  mine.end_array();
   StatePresence presence{std::vector<std::set<std::string>>(count), std::vector<int64_t>(count, -1)};
-  for (const auto& text : all_gather_strings(world, mine.dump())) {
-    const auto theirs = nlohmann::json::parse(text);
-    TORCH_CHECK(theirs.size() == count, "fsdp: full_optim_state_dict: ranks disagree on the "
-                "number of parameters (", theirs.size(), " vs ", count, ")");
-    for (size_t i = 0; i < count; ++i) {
-      for (const auto& name : theirs[i].at("fields")) presence.fields[i].insert(name.get<std::string>());
-      presence.steps[i] = std::max(presence.steps[i], theirs[i].at("step").get<int64_t>());
+  const std::string source = "the optimizer state presence sent by a rank (internal error)";
+  for (const auto& text : all_gather_strings(world, mine.text())) {
+    const json::Document theirs = json::parse(text, source);
+    TORCH_CHECK(theirs.IsArray() && theirs.Size() == count, "fsdp: full_optim_state_dict: ranks disagree on the "
+                "number of parameters (", theirs.IsArray() ? theirs.Size() : 0, " vs ", count, ")");
+    for (rapidjson::SizeType i = 0; i < theirs.Size(); ++i) {
+      for (const auto& name : json::string_array_field(theirs[i], "fields", source)) presence.fields[i].insert(name);
+      presence.steps[i] = std::max(presence.steps[i], json::int64_field(theirs[i], "step", source));
     }
   }
   return presence;

@@ -2,34 +2,39 @@
 
 #include <c10/util/Exception.h>
 
-#include "fsdp/error_message.h"
+#include "json/json_io.h"
 #include "state_dict/unit_gather.h"
 
 namespace fsdp::detail {
 
-using json = nlohmann::json;
-
 std::string LoadDecision::encode() const {
-  return json{{"plan", plan},
-              {"missing", problems.missing},
-              {"unexpected", problems.unexpected},
-              {"mismatched", problems.mismatched}}
-      .dump();
+  json::Writer w;
+  w.begin_object().key("plan").begin_array();
+  for (const auto& entry : plan) {
+    w.begin_object().member("load", entry.load);
+    w.key("fields").array(entry.fields);
+    w.member("step", entry.step).end_object();
+  }
+  w.end_array();
+  w.key("missing").array(problems.missing);
+  w.key("unexpected").array(problems.unexpected);
+  w.key("mismatched").array(problems.mismatched);
+  return w.end_object().text();
 }
 
 LoadDecision LoadDecision::decode(const std::string& text) {
-  try {
-    const json j = json::parse(text);
-    LoadDecision decision;
-    decision.plan = j.at("plan");
-    decision.problems.missing = j.at("missing").get<std::vector<std::string>>();
-    decision.problems.unexpected = j.at("unexpected").get<std::vector<std::string>>();
-    decision.problems.mismatched = j.at("mismatched").get<std::vector<std::string>>();
-    return decision;
-  } catch (const json::exception& e) {
-    TORCH_CHECK(false, "fsdp: internal: rank 0 sent a malformed load decision (", error_message(e), "): ",
-                text.substr(0, 200));
+  const std::string source = "the load decision sent by rank 0 (internal error) " + text.substr(0, 200);
+  const json::Document j = json::parse(text, source);
+  LoadDecision decision;
+  for (const auto& entry : json::array_field(j, "plan", source).GetArray()) {
+    decision.plan.push_back({json::bool_field(entry, "load", source),
+                             json::string_array_field(entry, "fields", source),
+                             json::int64_field(entry, "step", source)});
   }
+  decision.problems.missing = json::string_array_field(j, "missing", source);
+  decision.problems.unexpected = json::string_array_field(j, "unexpected", source);
+  decision.problems.mismatched = json::string_array_field(j, "mismatched", source);
+  return decision;
 }
 
 LoadDecision agree_on_load(ProcessGroup& world, const char* api, const LoadStateDictOptions& options,

@@ -10,11 +10,11 @@
 // to every rank. A strict load then throws on every rank at once, listing
 // every problem (KeyMismatches::message).
 
-#include <nlohmann/json.hpp>
-
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "fsdp/state_dict.h"
 
@@ -24,13 +24,20 @@ class ProcessGroup;
 
 namespace fsdp::detail {
 
+// What to load for one tensor the model lists.
+struct LoadPlanEntry {
+  bool load = false;                // a model tensor: whether to load it
+  std::vector<std::string> fields;  // a parameter's optimizer state: the fields to load (none: skip it)
+  int64_t step = -1;                // ... and its step (-1: none)
+};
+
 struct LoadDecision {
-  // One entry per tensor the model lists, in the same order on every rank:
-  // what to load for it. The entries' shape is the caller's.
-  nlohmann::json plan = nlohmann::json::array();
+  // One entry per tensor the model lists, in the same order on every rank.
+  std::vector<LoadPlanEntry> plan;
   KeyMismatches problems;
 
-  // {"plan": ..., "missing": ..., "unexpected": ..., "mismatched": ...}
+  // {"plan": [{"load": ..., "fields": [...], "step": ...}, ...], "missing": [...],
+  //  "unexpected": [...], "mismatched": [...]}
   std::string encode() const;
   static LoadDecision decode(const std::string& text);
 };

@@ -93,14 +93,16 @@ LoadStateDictResult load_full_state_dict(UnitModule& root, const StateDict& stat
   const detail::LoadDecision decision = detail::agree_on_load(
       world, "load_full_state_dict", options, targets.size(), "parameters and buffers", [&] {
         detail::LoadDecision mine;
-        mine.plan = check_dict(targets, state_dict, &mine.problems);
+        for (bool load : check_dict(targets, state_dict, &mine.problems)) {
+          detail::LoadPlanEntry entry;
+          entry.load = load;
+          mine.plan.push_back(std::move(entry));
+        }
         return mine;
       });
-  const auto loads = decision.plan.get<std::vector<bool>>();
-
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < targets.size(); ++i) {
-    if (!loads[i]) continue;
+    if (!decision.plan[i].load) continue;
     const Target& t = targets[i];
     if (!rank0_only) {
       copy_slice(t, *state_dict.find(t.name));

@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <nlohmann/json.hpp>
 #include <torch/optim/optimizer.h>
 
 #include <set>
@@ -38,11 +37,11 @@ namespace {
 
 // One parameter's entry of the load plan: the fields to load (none when the
 // dict lacks the parameter, or when any of its shapes differs) and the step.
-nlohmann::json plan_param(const ParamShard& shard, const OptimStateDict& state_dict,
-                          KeyMismatches* problems) {
-  nlohmann::json fields = nlohmann::json::array();
+detail::LoadPlanEntry plan_param(const ParamShard& shard, const OptimStateDict& state_dict,
+                                 KeyMismatches* problems) {
+  detail::LoadPlanEntry entry;
   auto it = state_dict.find(shard.name);
-  if (it == state_dict.end()) return nlohmann::json{{"fields", fields}, {"step", -1}};
+  if (it == state_dict.end()) return entry;
   bool shapes_match = true;
   for (const auto& f : it->second.tensors) {
     if (f.second.sizes().vec() == shard.full_shape) continue;
@@ -53,9 +52,11 @@ nlohmann::json plan_param(const ParamShard& shard, const OptimStateDict& state_d
     shapes_match = false;
   }
   if (shapes_match) {
-    for (const auto& f : it->second.tensors) fields.push_back(f.first);
+    for (const auto& f : it->second.tensors) entry.fields.push_back(f.first);
   }
-  return nlohmann::json{{"fields", fields}, {"step", it->second.step}};
+  entry.load = !entry.fields.empty();
+  entry.step = it->second.step;
+  return entry;
 }
 
 // The plan for every parameter, decided by a rank that holds the dict, and
@@ -118,13 +119,12 @@ LoadStateDictResult load_full_optim_state_dict(UnitModule& root, torch::optim::O
   for (size_t i = 0; i < shards.size(); ++i) {
     const ParamShard& shard = shards[i];
     const auto& entry = decided.plan[i];
-    if (entry.at("fields").empty()) continue;
+    if (entry.fields.empty()) continue;
     std::map<std::string, at::Tensor> tensors;
-    for (const auto& field_json : entry.at("fields")) {
-      const std::string field = field_json.get<std::string>();
+    for (const std::string& field : entry.fields) {
       tensors[field] = local_run(shard, full_field(world, rank0_only, shard, state_dict, field));
     }
-    detail::install_optimizer_state(optimizer, shard.param, tensors, entry.at("step").get<int64_t>());
+    detail::install_optimizer_state(optimizer, shard.param, tensors, entry.step);
   }
   return decided.problems;
 }

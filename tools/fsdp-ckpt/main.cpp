@@ -45,7 +45,7 @@ int inspect(const std::string& dir) {
   fmt::print("format       libfsdp-checkpoint v{}\n", index.format_version);
   fmt::print("world size   {}\n", index.world_size);
   fmt::print("step         {}\n", index.step);
-  fmt::print("extras       {}\n", index.extras.dump());
+  fmt::print("extras       {}\n", index.extras_json);
   fmt::print("files        {} (checksum xxh64, {} blocks)\n\n", index.files.size(),
              human_bytes(index.checksum_block_bytes));
   fmt::print("{:<{}}  {:<{}}  {:<5}  {:>12}  {:>6}\n", "tensor", name_width, "shape", shape_width, "dtype",

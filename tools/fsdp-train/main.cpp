@@ -64,7 +64,7 @@ void adopt_resume_checkpoint(TrainSetup& setup, std::vector<std::string>& errors
     setup.resume_dir = fsdp_train::resolve_resume_dir(o.resume);
     const fsdp::ckpt::Reader reader = fsdp::ckpt::Reader::open(setup.resume_dir);
     setup.resume_step = reader.step();
-    for (auto& e : fsdp_train::adopt_checkpoint_options(o, reader.extras(), setup.resume_dir)) {
+    for (auto& e : fsdp_train::adopt_checkpoint_options(o, reader.extras_json(), setup.resume_dir)) {
       errors.push_back(std::move(e));
     }
     if (errors.empty() && setup.resume_step >= o.steps) {
@@ -90,7 +90,7 @@ void load_training_data(TrainSetup& setup, std::vector<std::string>& errors) {
   }
   if (!setup.resume_dir.empty() && errors.empty()) {
     setup.corpus_warning = fsdp_train::corpus_mismatch_warning(
-        setup.corpus, fsdp::ckpt::Reader::open(setup.resume_dir).extras());
+        setup.corpus, fsdp::ckpt::Reader::open(setup.resume_dir).extras_json());
   }
 }
 

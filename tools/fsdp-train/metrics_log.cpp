@@ -1,38 +1,81 @@
 #include "metrics_log.h"
 
 #include <fmt/format.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
+#include <cmath>
 #include <filesystem>
 #include <stdexcept>
 
 namespace fsdp_train {
 
-nlohmann::json StepRecord::to_json() const {
-  nlohmann::json j = {{"step", step},
-                      {"loss", loss},
-                      {"lr", lr},
-                      {"grad_norm", grad_norm},
-                      {"tokens_per_s", tokens_per_s},
-                      {"ms", ms},
-                      {"elapsed_s", elapsed_s},
-                      {"sharded_param_bytes", sharded_param_bytes},
-                      {"peak_gathered_param_bytes", peak_gathered_param_bytes}};
-  if (val_loss) j["val_loss"] = *val_loss;
-  return j;
+// Written and read with RapidJSON, not the JSON library LibTorch 2.10+
+// carries: see [Note: no JSON symbols shared with LibTorch] in
+// src/json/json_io.h.
+std::string StepRecord::to_json_line() const {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  const auto number = [&](const char* key, double v) {
+    w.Key(key);
+    if (std::isfinite(v)) {
+      w.Double(v);  // shortest text that reads back to the same double
+    } else {
+      w.Null();
+    }
+  };
+  const auto integers = [&](const char* key, const std::vector<int64_t>& values) {
+    w.Key(key);
+    w.StartArray();
+    for (int64_t v : values) w.Int64(v);
+    w.EndArray();
+  };
+  w.StartObject();
+  w.Key("step");
+  w.Int64(step);
+  number("loss", loss);
+  number("lr", lr);
+  number("grad_norm", grad_norm);
+  number("tokens_per_s", tokens_per_s);
+  number("ms", ms);
+  number("elapsed_s", elapsed_s);
+  integers("sharded_param_bytes", sharded_param_bytes);
+  integers("peak_gathered_param_bytes", peak_gathered_param_bytes);
+  if (val_loss) number("val_loss", *val_loss);
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
 }
 
-StepRecord StepRecord::from_json(const nlohmann::json& j) {
+std::optional<StepRecord> StepRecord::from_json_line(const std::string& line) {
+  rapidjson::Document j;
+  j.Parse<rapidjson::kParseFullPrecisionFlag>(line.data(), line.size());
+  if (j.HasParseError() || !j.IsObject() || !j.HasMember("step") || !j["step"].IsInt64() ||
+      !j.HasMember("loss") || !j["loss"].IsNumber())
+    return std::nullopt;
+  const auto number = [&](const char* key) {
+    auto it = j.FindMember(key);
+    return it != j.MemberEnd() && it->value.IsNumber() ? it->value.GetDouble() : 0.0;
+  };
+  const auto integers = [&](const char* key) {
+    std::vector<int64_t> out;
+    auto it = j.FindMember(key);
+    if (it == j.MemberEnd() || !it->value.IsArray()) return out;
+    for (const auto& v : it->value.GetArray())
+      if (v.IsInt64()) out.push_back(v.GetInt64());
+    return out;
+  };
   StepRecord r;
-  r.step = j.at("step").get<int64_t>();
-  r.loss = j.at("loss").get<double>();
-  r.lr = j.value("lr", 0.0);
-  r.grad_norm = j.value("grad_norm", 0.0);
-  r.tokens_per_s = j.value("tokens_per_s", 0.0);
-  r.ms = j.value("ms", 0.0);
-  r.elapsed_s = j.value("elapsed_s", 0.0);
-  r.sharded_param_bytes = j.value("sharded_param_bytes", std::vector<int64_t>{});
-  r.peak_gathered_param_bytes = j.value("peak_gathered_param_bytes", std::vector<int64_t>{});
-  if (j.contains("val_loss")) r.val_loss = j.at("val_loss").get<double>();
+  r.step = j["step"].GetInt64();
+  r.loss = j["loss"].GetDouble();
+  r.lr = number("lr");
+  r.grad_norm = number("grad_norm");
+  r.tokens_per_s = number("tokens_per_s");
+  r.ms = number("ms");
+  r.elapsed_s = number("elapsed_s");
+  r.sharded_param_bytes = integers("sharded_param_bytes");
+  r.peak_gathered_param_bytes = integers("peak_gathered_param_bytes");
+  if (j.HasMember("val_loss") && j["val_loss"].IsNumber()) r.val_loss = j["val_loss"].GetDouble();
   return r;
 }
 
@@ -43,21 +86,20 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t resumed_step)
     std::string line;
     while (std::getline(in, line)) {
       if (line.empty()) continue;
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() || !j.contains("step")) continue;  // a line cut by a kill
-      StepRecord r = StepRecord::from_json(j);
-      if (r.step <= resumed_step) records_.push_back(std::move(r));
+      std::optional<StepRecord> r = StepRecord::from_json_line(line);
+      if (!r) continue;  // a line cut by a kill
+      if (r->step <= resumed_step) records_.push_back(std::move(*r));
     }
   }
   out_.open(path_, std::ios::trunc);
   if (!out_) throw std::runtime_error(fmt::format("cannot write '{}'", path_));
-  for (const auto& r : records_) out_ << r.to_json().dump() << '\n';
+  for (const auto& r : records_) out_ << r.to_json_line() << '\n';
   out_.flush();
 }
 
 void MetricsLog::append(const StepRecord& record) {
   records_.push_back(record);
-  out_ << record.to_json().dump() << '\n';
+  out_ << record.to_json_line() << '\n';
   out_.flush();
 }
 

@@ -10,8 +10,6 @@
 // `loss` is the mean over the whole global batch, written with full
 // precision, so runs can be compared bit for bit.
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -32,8 +30,11 @@ struct StepRecord {
   std::vector<int64_t> peak_gathered_param_bytes;  // per rank, during this step
   std::optional<double> val_loss;
 
-  nlohmann::json to_json() const;
-  static StepRecord from_json(const nlohmann::json& j);
+  // One line of metrics.jsonl (a JSON object, no newline).
+  std::string to_json_line() const;
+  // The record of a line, or nothing for a line that is no complete record
+  // (e.g. one cut by a kill).
+  static std::optional<StepRecord> from_json_line(const std::string& line);
 };
 
 class MetricsLog {

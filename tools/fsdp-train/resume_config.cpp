@@ -1,25 +1,64 @@
 #include "resume_config.h"
 
 #include <fmt/format.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include <functional>
 
 namespace fsdp_train {
 namespace {
 
+// Checkpoint extras are JSON text (fsdp::ckpt::SaveOptions::extras_json),
+// written and read here with RapidJSON, not the JSON library LibTorch 2.10+
+// carries: see [Note: no JSON symbols shared with LibTorch] in
+// src/json/json_io.h.
+using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void write_value(JsonWriter& w, int64_t v) { w.Int64(v); }
+void write_value(JsonWriter& w, uint64_t v) { w.Uint64(v); }
+void write_value(JsonWriter& w, double v) { w.Double(v); }
+void write_value(JsonWriter& w, const std::string& v) {
+  w.String(v.data(), static_cast<rapidjson::SizeType>(v.size()));
+}
+
+template <class T>
+std::string json_text(const T& v) {
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  write_value(w, v);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::string json_text(const rapidjson::Value& v) {
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  v.Accept(w);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+// Each reads `j` into `out`, or returns false if `j` has another type.
+bool read_value(const rapidjson::Value& j, int64_t* out) { return j.IsInt64() && (*out = j.GetInt64(), true); }
+bool read_value(const rapidjson::Value& j, uint64_t* out) { return j.IsUint64() && (*out = j.GetUint64(), true); }
+bool read_value(const rapidjson::Value& j, double* out) { return j.IsNumber() && (*out = j.GetDouble(), true); }
+bool read_value(const rapidjson::Value& j, std::string* out) {
+  return j.IsString() && (*out = std::string(j.GetString(), j.GetStringLength()), true);
+}
+
 // One option a checkpoint records. `must_match`: a different explicit value
 // would not continue the same model, so it is an error.
 struct Recorded {
   const char* name;
   bool must_match;
-  std::function<nlohmann::json(const TrainOptions&)> get;
-  std::function<void(TrainOptions&, const nlohmann::json&)> set;
+  std::function<std::string(const TrainOptions&)> get;           // as JSON text
+  std::function<bool(TrainOptions&, const rapidjson::Value&)> set;  // false: the wrong type
 };
 
-#define FSDP_TRAIN_RECORDED(flag, field, must_match)                                      \
-  Recorded {                                                                              \
-    flag, must_match, [](const TrainOptions& o) { return nlohmann::json(o.field); },      \
-        [](TrainOptions& o, const nlohmann::json& j) { j.get_to(o.field); }               \
+#define FSDP_TRAIN_RECORDED(flag, field, must_match)                                           \
+  Recorded {                                                                                   \
+    flag, must_match, [](const TrainOptions& o) { return json_text(o.field); },                \
+        [](TrainOptions& o, const rapidjson::Value& j) { return read_value(j, &o.field); }    \
   }
 
 const std::vector<Recorded>& recorded_options() {
@@ -45,61 +84,86 @@ const std::vector<Recorded>& recorded_options() {
 
 }  // namespace
 
-nlohmann::json checkpoint_extras(const TrainOptions& options, const ByteCorpus& corpus,
-                                 int world_size) {
-  nlohmann::json recorded = nlohmann::json::object();
-  for (const auto& r : recorded_options()) recorded[r.name] = r.get(options);
-  return {{"trainer", "fsdp-train"},
-          {"options", recorded},
-          {"world_size", world_size},
-          {"corpus", {{"source", corpus.source},
-                      {"bytes", corpus.total_bytes()},
-                      {"checksum", fmt::format("{:016x}", corpus.checksum)}}}};
+std::string checkpoint_extras(const TrainOptions& options, const ByteCorpus& corpus, int world_size) {
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartObject();
+  w.Key("trainer");
+  w.String("fsdp-train");
+  w.Key("options");
+  w.StartObject();
+  for (const auto& r : recorded_options()) {
+    w.Key(r.name);
+    const std::string text = r.get(options);
+    w.RawValue(text.data(), text.size(), rapidjson::kNumberType);
+  }
+  w.EndObject();
+  w.Key("world_size");
+  w.Int(world_size);
+  w.Key("corpus");
+  w.StartObject();
+  w.Key("source");
+  write_value(w, corpus.source);
+  w.Key("bytes");
+  write_value(w, static_cast<int64_t>(corpus.total_bytes()));
+  w.Key("checksum");
+  write_value(w, fmt::format("{:016x}", corpus.checksum));
+  w.EndObject();
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
 }
 
-std::vector<std::string> adopt_checkpoint_options(TrainOptions& options,
-                                                  const nlohmann::json& extras,
+std::vector<std::string> adopt_checkpoint_options(TrainOptions& options, const std::string& extras_json,
                                                   const std::string& checkpoint_dir) {
   std::vector<std::string> errors;
-  if (!extras.is_object() || extras.value("trainer", "") != "fsdp-train" ||
-      !extras.contains("options")) {
+  rapidjson::Document extras;
+  extras.Parse<rapidjson::kParseFullPrecisionFlag>(extras_json.data(), extras_json.size());
+  const bool ours = !extras.HasParseError() && extras.IsObject() && extras.HasMember("trainer") &&
+                    extras["trainer"].IsString() && std::string(extras["trainer"].GetString()) == "fsdp-train" &&
+                    extras.HasMember("options") && extras["options"].IsObject();
+  if (!ours) {
     errors.push_back(fmt::format(
         "--resume '{}' was not written by fsdp-train (its extras hold no fsdp-train options); "
         "resume from a checkpoint of an fsdp-train run",
         checkpoint_dir));
     return errors;
   }
-  const nlohmann::json& saved = extras.at("options");
+  const rapidjson::Value& saved = extras["options"];
   for (const auto& r : recorded_options()) {
-    if (!saved.contains(r.name)) continue;
-    const nlohmann::json& value = saved.at(r.name);
+    if (!saved.HasMember(r.name)) continue;
+    const rapidjson::Value& value = saved[r.name];
     if (!options.was_given(r.name)) {
-      try {
-        r.set(options, value);
-      } catch (const nlohmann::json::exception& e) {
-        errors.push_back(fmt::format("--resume '{}': its recorded --{} ({}) is malformed: {}",
-                                     checkpoint_dir, r.name, value.dump(), e.what()));
+      if (!r.set(options, value)) {
+        errors.push_back(fmt::format("--resume '{}': its recorded --{} ({}) is malformed: it has the wrong type",
+                                     checkpoint_dir, r.name, json_text(value)));
       }
-    } else if (r.must_match && r.get(options) != value) {
+    } else if (r.must_match && r.get(options) != json_text(value)) {
       errors.push_back(fmt::format(
           "--{} {} differs from the checkpoint's {} ('{}' was trained with --{} {}); leave --{} "
           "out to use the checkpoint's value",
-          r.name, r.get(options).dump(), value.dump(), checkpoint_dir, r.name, value.dump(),
-          r.name));
+          r.name, r.get(options), json_text(value), checkpoint_dir, r.name, json_text(value), r.name));
     }
   }
   return errors;
 }
 
-std::string corpus_mismatch_warning(const ByteCorpus& corpus, const nlohmann::json& extras) {
-  if (!extras.contains("corpus")) return "";
-  const std::string saved = extras["corpus"].value("checksum", "");
+std::string corpus_mismatch_warning(const ByteCorpus& corpus, const std::string& extras_json) {
+  rapidjson::Document extras;
+  extras.Parse<rapidjson::kParseFullPrecisionFlag>(extras_json.data(), extras_json.size());
+  if (extras.HasParseError() || !extras.IsObject() || !extras.HasMember("corpus") ||
+      !extras["corpus"].IsObject())
+    return "";
+  const rapidjson::Value& recorded = extras["corpus"];
+  std::string saved;
+  int64_t saved_bytes = 0;
+  if (recorded.HasMember("checksum")) read_value(recorded["checksum"], &saved);
+  if (recorded.HasMember("bytes")) read_value(recorded["bytes"], &saved_bytes);
   const std::string now = fmt::format("{:016x}", corpus.checksum);
   if (saved == now) return "";
   return fmt::format(
       "warning: the data differs from the checkpoint's ({} bytes, checksum {}; now {} bytes, "
       "checksum {}): training continues on different bytes than it started on",
-      extras["corpus"].value("bytes", int64_t{0}), saved, corpus.total_bytes(), now);
+      saved_bytes, saved, corpus.total_bytes(), now);
 }
 
 }  // namespace fsdp_train

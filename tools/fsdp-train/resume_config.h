@@ -6,8 +6,6 @@
 // agree where they change the run's meaning (the model shape), and may
 // differ where that is a choice (e.g. more --steps, a new --lr).
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,18 +15,19 @@
 
 namespace fsdp_train {
 
-// The extras fsdp-train stores in every checkpoint it writes.
-nlohmann::json checkpoint_extras(const TrainOptions& options, const ByteCorpus& corpus,
-                                 int world_size);
+// The extras fsdp-train stores in every checkpoint it writes, as JSON text
+// (fsdp::ckpt::SaveOptions::extras_json): {"trainer": "fsdp-train",
+// "options": {...}, "world_size": N, "corpus": {...}}.
+std::string checkpoint_extras(const TrainOptions& options, const ByteCorpus& corpus, int world_size);
 
 // Fills the options not given on the command line from `extras` and returns
 // one message per conflict between a given option and the checkpoint.
 std::vector<std::string> adopt_checkpoint_options(TrainOptions& options,
-                                                  const nlohmann::json& extras,
+                                                  const std::string& extras_json,
                                                   const std::string& checkpoint_dir);
 
 // A warning ("" if none) when the corpus differs from the checkpoint's: the
 // run then continues on other data than it started on.
-std::string corpus_mismatch_warning(const ByteCorpus& corpus, const nlohmann::json& extras);
+std::string corpus_mismatch_warning(const ByteCorpus& corpus, const std::string& extras_json);
 
 }  // namespace fsdp_train

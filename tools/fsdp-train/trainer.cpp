@@ -6,6 +6,9 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <fmt/format.h>
+#include <rapidjson/document.h>
+#include <rapidjson/prettywriter.h>
+#include <rapidjson/stringbuffer.h>
 #include <torch/optim/adamw.h>
 #include <unistd.h>
 
@@ -227,17 +230,29 @@ void Trainer::start_outputs(const fsdp::MemoryStats& initial) {
 
 // What the checkpoint records, plus what this run chose beyond it.
 void Trainer::write_config_json() const {
-  nlohmann::json config_json = checkpoint_extras(o_, s_.corpus, world_.size());
-  config_json["strategy"] = o_.strategy;
-  config_json["mixed_precision"] = o_.mixed_precision;
-  config_json["offload"] = o_.offload;
-  config_json["prefetch"] = !o_.no_prefetch;
-  config_json["micro_batch"] = s_.layout.micro_batch;
-  config_json["grad_accum"] = s_.layout.grad_accum;
-  config_json["launcher"] = s_.launcher;
-  config_json["resume"] = s_.resume_dir;
-  config_json["start_step"] = start_step_;
-  std::ofstream(std::filesystem::path(run_dir_) / "config.json") << config_json.dump(2) << '\n';
+  // RapidJSON: see [Note: no JSON symbols shared with LibTorch] in src/json/json_io.h.
+  rapidjson::Document config;
+  const std::string extras = checkpoint_extras(o_, s_.corpus, world_.size());
+  config.Parse<rapidjson::kParseFullPrecisionFlag>(extras.data(), extras.size());
+  auto& a = config.GetAllocator();
+  const auto add_text = [&](const char* key, const std::string& s) {
+    rapidjson::Value value(s.data(), static_cast<rapidjson::SizeType>(s.size()), a);
+    config.AddMember(rapidjson::StringRef(key), value, a);
+  };
+  add_text("strategy", o_.strategy);
+  add_text("mixed_precision", o_.mixed_precision);
+  config.AddMember("offload", o_.offload, a);
+  config.AddMember("prefetch", !o_.no_prefetch, a);
+  config.AddMember("micro_batch", static_cast<int64_t>(s_.layout.micro_batch), a);
+  config.AddMember("grad_accum", static_cast<int64_t>(s_.layout.grad_accum), a);
+  add_text("launcher", s_.launcher);
+  add_text("resume", s_.resume_dir);
+  config.AddMember("start_step", static_cast<int64_t>(start_step_), a);
+  rapidjson::StringBuffer buffer;
+  rapidjson::PrettyWriter<rapidjson::StringBuffer> writer(buffer);
+  writer.SetIndent(' ', 2);
+  config.Accept(writer);
+  std::ofstream(std::filesystem::path(run_dir_) / "config.json") << buffer.GetString() << '\n';
 }
 
 ProgressConfig Trainer::progress_config() const {
@@ -384,7 +399,7 @@ double Trainer::evaluate() {
 void Trainer::save_checkpoint(const std::string& dir, int64_t step) {
   fsdp::ckpt::SaveOptions options;
   options.step = step;
-  options.extras = checkpoint_extras(o_, s_.corpus, world_.size());
+  options.extras_json = checkpoint_extras(o_, s_.corpus, world_.size());
   options.overwrite = true;
   std::filesystem::create_directories(std::filesystem::path(dir).parent_path());
   fsdp::ckpt::save_training_state(world_, dir, **model_, optimizer_.get(), options);

@@ -7,7 +7,6 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -50,14 +49,18 @@ struct Index {
   int format_version = kFormatVersion;
   int world_size = 1;
   int64_t step = 0;
-  nlohmann::json extras = nlohmann::json::object();
+  // The caller's extras: one JSON object, as compact JSON text (see
+  // SaveOptions::extras_json).
+  std::string extras_json = "{}";
   int64_t checksum_block_bytes = 0;
   std::vector<FileInfo> files;
   std::vector<TensorInfo> tensors;  // in save order
 
-  nlohmann::json to_json() const;
-  // Parses and validates (see validate()). `source` names the file in errors.
-  static Index from_json(const nlohmann::json& j, const std::string& source);
+  // index.json's text (one member per line).
+  std::string to_json() const;
+  // Parses and validates (see validate()). `source` names the file in errors,
+  // e.g. "checkpoint index '/ckpt/index.json'".
+  static Index from_json(const std::string& text, const std::string& source);
 
   // Checks the invariants a reader relies on: known format and version,
   // unique tensor names, pieces sorted, in range, tiling [0, numel) with no

@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -43,7 +42,9 @@ class Reader {
   int64_t numel(const std::string& name) const;
 
   int64_t step() const { return index_->step; }
-  const nlohmann::json& extras() const { return index_->extras; }
+  // The extras the checkpoint was saved with (SaveOptions::extras_json): a
+  // JSON object as compact text, "{}" when none were given.
+  const std::string& extras_json() const { return index_->extras_json; }
   int saved_world_size() const { return index_->world_size; }
 
   // Elements [flat_begin, flat_begin + numel) of the flattened tensor, as a

@@ -12,7 +12,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -42,9 +41,14 @@ struct TensorPiece {
 struct SaveOptions {
   // Recorded in the index (Reader::step()).
   int64_t step = 0;
-  // Any JSON the caller wants back at load time (Reader::extras()): e.g. the
-  // data loader position, the learning-rate schedule, the model config.
-  nlohmann::json extras = nlohmann::json::object();
+  // What the caller wants back at load time (Reader::extras_json()): e.g. the
+  // data loader position, the learning-rate schedule, the model config. It
+  // must be the text of one JSON object, which is stored as index.json's
+  // "extras" (any nesting, any JSON types), e.g.
+  //   options.extras_json = "{\"data_position\": " + std::to_string(position) + "}";
+  // or, with a JSON library of your own, `my_json.dump()`. libfsdp takes
+  // text so that its headers need no JSON library. An empty string means {}.
+  std::string extras_json = "{}";
   // Replace an existing checkpoint at `dir`. Without it, saving to an
   // existing path fails on every rank before anything is written.
   bool overwrite = false;

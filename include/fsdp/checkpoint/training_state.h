@@ -4,7 +4,7 @@
 //
 //   fsdp::ckpt::SaveOptions options;
 //   options.step = 100;
-//   options.extras = {{"data_position", 12800}};
+//   options.extras_json = R"({"data_position": 12800})";
 //   fsdp::ckpt::save_training_state(*world, "runs/x/step_100", *model, &opt, options);
 //   auto info = fsdp::ckpt::load_training_state(*world, "runs/x/step_100",
 //                                               *model, &opt);
@@ -16,8 +16,6 @@
 // like its parameter. Buffers are written
 // once, by rank 0. Loading works at any world size: each rank reads only the
 // ranges its shards cover.
-
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <string>
@@ -43,7 +41,7 @@ void save_training_state(ProcessGroup& group, const std::string& dir, const Unit
 
 struct LoadResult {
   int64_t step = 0;
-  nlohmann::json extras;
+  std::string extras_json = "{}";  // SaveOptions::extras_json of the save, as compact JSON text
   int saved_world_size = 0;
 };
 

@@ -3,13 +3,17 @@
 // aligned tables, and JSON lines.
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 #include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -77,7 +81,56 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
+// One value of a --json line, held as its JSON text. Written with RapidJSON,
+// not the JSON library LibTorch 2.10+ carries: see [Note: no JSON symbols
+// shared with LibTorch] in src/json/json_io.h.
+class JsonValue {
+ public:
+  JsonValue(const std::string& s) : text_(write([&](auto& w) { w.String(s.data(), static_cast<rapidjson::SizeType>(s.size())); })) {}
+  JsonValue(const char* s) : JsonValue(std::string(s)) {}
+  JsonValue(bool b) : text_(b ? "true" : "false") {}
+  template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  JsonValue(T v) : text_(std::to_string(v)) {}
+  JsonValue(double v) : text_(std::isfinite(v) ? write([&](auto& w) { w.Double(v); }) : "null") {}
+  // `json_text` must be one valid JSON value.
+  static JsonValue raw(std::string json_text) {
+    JsonValue v(false);
+    v.text_ = std::move(json_text);
+    return v;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  template <class F>
+  static std::string write(F&& f) {
+    rapidjson::StringBuffer buffer;
+    rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+    f(writer);
+    return std::string(buffer.GetString(), buffer.GetSize());
+  }
+  std::string text_;
+};
+
+using JsonObject = std::vector<std::pair<std::string, JsonValue>>;
+
+// {"key": value, ...} in the given order.
+inline std::string json_object_text(const JsonObject& fields) {
+  std::string out = "{";
+  for (const auto& [key, value] : fields) {
+    if (out.size() > 1) out += ", ";
+    out += JsonValue(key).text() + ": " + value.text();
+  }
+  return out + "}";
+}
+
+// [a, b, ...] of values' texts.
+inline JsonValue json_array(const std::vector<JsonValue>& values) {
+  std::string out = "[";
+  for (const auto& v : values) out += (out.size() > 1 ? ", " : "") + v.text();
+  return JsonValue::raw(out + "]");
+}
+
 // One JSON object per line on stdout, for --json.
-inline void print_json_line(const nlohmann::json& j) { std::printf("%s\n", j.dump().c_str()); }
+inline void print_json_line(const JsonObject& fields) { std::printf("%s\n", json_object_text(fields).c_str()); }
 
 }  // namespace fsdp::bench

@@ -128,15 +128,15 @@ MemorySummary summarize_memory(const std::vector<RankMemory>& ranks, int64_t bas
 
 void print_json(const MemoryConfig& c, const std::vector<RankMemory>& ranks,
                 const MemorySummary& s) {
-  nlohmann::json per_rank = nlohmann::json::array();
+  std::vector<JsonValue> per_rank;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    per_rank.push_back({{"rank", r},
+    per_rank.push_back(JsonValue::raw(json_object_text({{"rank", r},
                         {"sharded_param_bytes", ranks[r].param_bytes},
                         {"sharded_grad_bytes", ranks[r].grad_bytes},
                         {"optimizer_state_bytes", ranks[r].optimizer_bytes},
                         {"sharded_bytes", ranks[r].total()},
                         {"peak_forward_param_bytes", ranks[r].peak_forward},
-                        {"peak_backward_param_bytes", ranks[r].peak_backward}});
+                        {"peak_backward_param_bytes", ranks[r].peak_backward}})));
   }
   print_json_line({{"suite", "memory"},
                    {"model", fmt::format("gpt-d{}-l{}", c.d_model, c.n_layer)},
@@ -153,7 +153,7 @@ void print_json(const MemoryConfig& c, const std::vector<RankMemory>& ranks,
                    {"root_unit_bytes", s.root},
                    {"peak_bound_bytes", s.gather_bound},
                    {"whole_model_param_bytes", s.whole_model},
-                   {"ranks", per_rank}});
+                   {"ranks", json_array(per_rank)}});
 }
 
 std::string kib(int64_t bytes) { return fmt::format("{:.1f}", bytes / 1024.0); }

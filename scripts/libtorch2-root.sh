@@ -31,7 +31,7 @@ base_packages=(libtorch-dev libgloo-dev g++ cmake make ccache)
 # Then apt-get install: what the tests and tools use (as scripts/install-deps.sh).
 extra_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
-  libfmt-dev libxxhash-dev libopenblas0-openmp fortunes gnuplot-nox
+  libfmt-dev libxxhash-dev rapidjson-dev libopenblas0-openmp fortunes gnuplot-nox
   openmpi-bin libopenmpi-dev iproute2 python3-torch
 )
 

@@ -119,13 +119,12 @@ FullyShardOptions with_default_mesh(const FullyShardOptions& user_options) {
     return options;
   }
   try {
-    options.mesh(std::make_shared<DeviceMesh>(make_hybrid_mesh_from_env(options.process_group())));
+    options.mesh(make_hybrid_mesh_from_env(options.process_group()));
   } catch (const c10::Error& e) {
     TORCH_CHECK(false, "fsdp: strategy ", to_string(options.strategy()),
                 " without a mesh shards within each node, which needs the launcher's "
                 "environment (LOCAL_WORLD_SIZE): ", e.what_without_backtrace(),
-                ". Pass .mesh(std::make_shared<fsdp::DeviceMesh>(fsdp::make_hybrid_mesh(world, "
-                "shard_size))) instead");
+                ". Pass .mesh(fsdp::make_hybrid_mesh(world, shard_size)) instead");
   }
   return options;
 }
@@ -223,14 +222,6 @@ void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
     detail::materialize_deferred(root, *root_state, deferred, options);
   }
   detail::UnitModuleAccess::attach_root_state(root, std::move(root_state));
-}
-
-void set_validate_execution_order(UnitModule& root, bool every_step) {
-  detail::root_state_of(root, "set_validate_execution_order").set_validate_every_step(every_step);
-}
-
-void set_requires_gradient_sync(UnitModule& root, bool requires_sync) {
-  detail::root_state_of(root, "set_requires_gradient_sync").set_requires_grad_sync(requires_sync);
 }
 
 NoSyncGuard::NoSyncGuard(UnitModule& root) : root_(root) {

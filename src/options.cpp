@@ -50,19 +50,26 @@ void check_mixed_precision(const MixedPrecisionPolicy& mp) {
 
 }  // namespace
 
+FullyShardOptions::FullyShardOptions(DeviceMesh mesh) { this->mesh(std::move(mesh)); }
+
+FullyShardOptions& FullyShardOptions::mesh(DeviceMesh mesh) {
+  process_group_ = mesh.world;
+  mesh_ = std::make_shared<DeviceMesh>(std::move(mesh));
+  return *this;
+}
+
 void FullyShardOptions::validate() const {
   const detail::StrategyTraits& traits = detail::traits_of(strategy_);
   if (traits.replicates_across_groups) {
     TORCH_CHECK((mesh_ && mesh_->world && mesh_->shard && mesh_->replicate) ||
                     (!mesh_ && process_group_),
                 "fsdp: strategy ", to_string(strategy_),
-                " needs a 2-D mesh; pass .mesh(std::make_shared<fsdp::DeviceMesh>("
-                "fsdp::make_hybrid_mesh(world, ranks_per_node))), or only .process_group(world) "
-                "to shard within each node (LOCAL_WORLD_SIZE ranks)");
+                " needs a 2-D mesh; pass FullyShardOptions(fsdp::make_hybrid_mesh(world, "
+                "ranks_per_node)), or only FullyShardOptions(world) to shard within each node "
+                "(LOCAL_WORLD_SIZE ranks)");
   } else {
-    TORCH_CHECK(process_group_, "fsdp: FullyShardOptions has no process group; pass "
-                                ".process_group(fsdp::init_process_group_from_env()) or another "
-                                "fsdp::ProcessGroup");
+    TORCH_CHECK(process_group_, "fsdp: FullyShardOptions has no process group; pass one, "
+                                "as in FullyShardOptions(fsdp::init_process_group_from_env())");
   }
   TORCH_CHECK(max_inflight_all_gathers_ >= 1, "fsdp: max_inflight_all_gathers is ",
               max_inflight_all_gathers_, "; it must be at least 1");

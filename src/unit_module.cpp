@@ -58,6 +58,14 @@ void UnitModule::set_backward_prefetch(const std::vector<UnitModule*>& units) {
   state_->set_prefetch_list(/*forward=*/false, unit_states(units));
 }
 
+void UnitModule::set_requires_gradient_sync(bool requires_sync) {
+  detail::root_state_of(*this, "set_requires_gradient_sync").set_requires_grad_sync(requires_sync);
+}
+
+void UnitModule::set_validate_execution_order(bool every_step) {
+  detail::root_state_of(*this, "set_validate_execution_order").set_validate_every_step(every_step);
+}
+
 void UnitModule::before_forward(detail::TensorRefs& inputs) { state_->pre_forward(inputs); }
 
 void UnitModule::after_forward(detail::TensorRefs& outputs) { state_->post_forward(outputs); }

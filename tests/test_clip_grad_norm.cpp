@@ -78,7 +78,7 @@ void check_clipping(const ClipCase& c, MakeModel make_model, const at::Tensor& i
   run_ranks(c.world_size, [&](RankContext& ctx) {
     Holder local = make_model(true);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group).strategy(c.strategy));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group).strategy(c.strategy));
     auto opt = make_optimizer(c.optimizer, model->parameters());
     const std::string who = "rank " + std::to_string(ctx.rank);
     for (int step = 0; step < kSteps; ++step) {
@@ -150,7 +150,7 @@ TEST(ClipGradNormNoClip, LargeMaxNormLeavesGradientsAlone) {
   run_ranks(2, [](RankContext& ctx) {
     at::manual_seed(1);  // same model on both ranks
     Mlp local(4, 6, 2, true);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     model->forward(at::randn({3, 4})).sum().backward();
     std::vector<at::Tensor> before;
     for (const auto& p : model->parameters()) before.push_back(p.grad().clone());
@@ -166,7 +166,7 @@ TEST(ClipGradNormNoClip, LargeMaxNormLeavesGradientsAlone) {
 TEST(ClipGradNormErrors, BadArgumentsAndCallers) {
   run_ranks(1, [](RankContext& ctx) {
     Mlp local(4, 6, 2, true);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     model->forward(at::randn({3, 4})).sum().backward();
     EXPECT_THROWS_WITH(clip_grad_norm_(*model, 1.0, 0.0), "norm_type is 0; use a p > 0");
     EXPECT_THROWS_WITH(clip_grad_norm_(*model, 1.0, -2.0), "norm_type is -2");
@@ -181,7 +181,7 @@ TEST(ClipGradNormErrors, BadArgumentsAndCallers) {
 TEST(ClipGradNormErrors, AfterABackwardWithoutSync) {
   run_ranks(2, [](RankContext& ctx) {
     Mlp local(4, 6, 2, true);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     {
       NoSyncGuard no_sync(*model);
       model->forward(at::randn({3, 4})).sum().backward();

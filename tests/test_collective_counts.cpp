@@ -73,7 +73,7 @@ TEST_P(CollectiveCounts, OneTrainingStep) {
   run_ranks(c.world_size, [&](RankContext& ctx) {
     models::GPT local(config);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group).strategy(c.strategy));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group).strategy(c.strategy));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     for (int step = 0; step < 4; ++step) {
       at::Tensor x = local_rows(tokens[step], ctx.rank, ctx.world_size);
@@ -134,7 +134,7 @@ TEST(CollectiveCountsBytes, ForwardAllGathersSendEachShardOnce) {
     run_ranks(ws, [&](RankContext& ctx) {
       models::GPT local(config);
       copy_state(*local, *initial);
-      auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+      auto model = fully_shard(local, FullyShardOptions(ctx.group));
       const int64_t shard_bytes = memory_stats(*model).sharded_param_bytes;
       for (int step = 0; step < 3; ++step) {
         at::Tensor x = local_rows(tokens[step], ctx.rank, ctx.world_size);
@@ -157,7 +157,7 @@ TEST(CollectiveCountsWorldSizeOne, NoCollectivesAfterTheFirstStep) {
   at::Tensor tokens = at::randint(0, config.vocab_size, {3, 2, config.context});
   run_ranks(1, [&](RankContext& ctx) {
     models::GPT local(config);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto opt = make_optimizer(OptimizerKind::kSgdMomentum, model->parameters());
     for (int step = 0; step < 3; ++step) {
       const CommCounters start = ctx.group->counters();

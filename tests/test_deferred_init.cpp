@@ -55,7 +55,7 @@ TEST(DeferredInit, ResetParametersReproducesTheEagerModel) {
     defer_init(*local);
     EXPECT_EQ(storage_bytes(*local), 0);
     at::manual_seed(61);  // one rank: the generator is not shared with others
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     expect_shards_match(*model, *eager, 0, 0, "reset_parameters path");
   });
 }
@@ -96,8 +96,7 @@ TEST(DeferredInit, ParityAndNoRankHoldsMoreThanItsShardsPlusOneUnit) {
     defer_init(*local);
     ASSERT_EQ(storage_bytes(*local), 0);
     for (const auto& p : local->parameters()) EXPECT_TRUE(is_deferred(p));
-    auto model = fully_shard(local, FullyShardOptions()
-                                        .process_group(ctx.group)
+    auto model = fully_shard(local, FullyShardOptions(ctx.group)
                                         .param_init_fn(uniform_init(
                                             at::make_generator<at::CPUGeneratorImpl>(7))));
     expect_shards_match(*model, *reference, 0, 0, "after init, rank " + std::to_string(ctx.rank));
@@ -136,15 +135,14 @@ TEST(DeferredInit, SyncModuleStatesBroadcastsRank0) {
       for (auto& p : eager->parameters()) p.add_(ctx.rank);
       eager->steps.fill_(ctx.rank);
     }
-    auto model = fully_shard(eager, FullyShardOptions().process_group(ctx.group).sync_module_states(true));
+    auto model = fully_shard(eager, FullyShardOptions(ctx.group).sync_module_states(true));
     expect_shards_match(*model, *reference, 0, 0, "eager, rank " + std::to_string(ctx.rank));
     EXPECT_EQ(eager->steps.item<float>(), 0.f);
 
     // Deferred: each rank initializes from its own seed; rank 0's wins.
     Net deferred(true);
     defer_init(*deferred);
-    auto model2 = fully_shard(deferred, FullyShardOptions()
-                                            .process_group(ctx.group)
+    auto model2 = fully_shard(deferred, FullyShardOptions(ctx.group)
                                             .sync_module_states(true)
                                             .param_init_fn(uniform_init(
                                                 at::make_generator<at::CPUGeneratorImpl>(100 + ctx.rank))));
@@ -156,7 +154,7 @@ TEST(DeferredInit, ModulesWithoutResetNeedParamInitFn) {
   run_ranks(2, [](RankContext& ctx) {
     Mlp local(7, 10, 3, true);  // its root registers raw parameters
     defer_init(*local);
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)),
                        "has deferred parameters ('scale'...) and no reset_parameters() fsdp knows; "
                        "pass FullyShardOptions().param_init_fn(fn)");
   });

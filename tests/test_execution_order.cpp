@@ -39,8 +39,8 @@ void train_until_rank1_swaps(RankContext& ctx, Sharded<TwoPathNet>& model, int s
 
 TEST(ExecutionOrder, EveryStepValidationCatchesALaterChange) {
   run_ranks(2, [](RankContext& ctx) {
-    auto model = fully_shard(TwoPathNet(), FullyShardOptions().process_group(ctx.group));
-    set_validate_execution_order(*model, true);
+    auto model = fully_shard(TwoPathNet(), FullyShardOptions(ctx.group));
+    model->set_validate_execution_order(true);
     train_until_rank1_swaps(ctx, model, 3);
   });
 }
@@ -48,7 +48,7 @@ TEST(ExecutionOrder, EveryStepValidationCatchesALaterChange) {
 TEST(ExecutionOrder, FsdpDebugEnvironmentTurnsItOn) {
   setenv("FSDP_DEBUG", "1", 1);  // read by fully_shard; set before the ranks start
   run_ranks(2, [](RankContext& ctx) {
-    auto model = fully_shard(TwoPathNet(), FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(TwoPathNet(), FullyShardOptions(ctx.group));
     train_until_rank1_swaps(ctx, model, 2);
   });
   unsetenv("FSDP_DEBUG");
@@ -56,7 +56,7 @@ TEST(ExecutionOrder, FsdpDebugEnvironmentTurnsItOn) {
 
 TEST(ExecutionOrder, FirstStepIsAlwaysValidated) {
   run_ranks(2, [](RankContext& ctx) {
-    auto model = fully_shard(TwoPathNet(), FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(TwoPathNet(), FullyShardOptions(ctx.group));
     train_until_rank1_swaps(ctx, model, 0);
   });
 }

@@ -138,7 +138,7 @@ TEST_P(FrozenParams, MatchReferenceAndStayUnchanged) {
   run_ranks(c.world_size, [&](RankContext& ctx) {
     FrozenNet local(true);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group).strategy(c.strategy));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group).strategy(c.strategy));
     auto opt = make_optimizer(c.optimizer, model->parameters());
     const std::string who = "rank " + std::to_string(ctx.rank);
     for (int step = 0; step < 4; ++step) {
@@ -248,7 +248,7 @@ TEST_P(UnusedParams, MatchReferenceWithAdamWSkippingThem) {
   run_ranks(c.world_size, [&](RankContext& ctx) {
     UnusedNet local(true);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group).strategy(c.strategy));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group).strategy(c.strategy));
     auto opt = make_optimizer(c.optimizer, model->parameters());
     const std::string who = "rank " + std::to_string(ctx.rank);
     for (int step = 0; step < kUnusedSteps; ++step) {

@@ -30,7 +30,7 @@ TEST(DifferentModelsAcrossRanks, DifferentWidthNamesTheParameter) {
   run_ranks(2, [](RankContext& ctx) {
     Mlp local(7, ctx.rank == 1 ? 11 : 10, 3, true);
     try {
-      fully_shard(local, FullyShardOptions().process_group(ctx.group));
+      fully_shard(local, FullyShardOptions(ctx.group));
       ADD_FAILURE() << rank_str(ctx) << ": no error";
     } catch (const std::exception& e) {
       const std::string what = e.what();
@@ -50,7 +50,7 @@ TEST(DifferentModelsAcrossRanks, ExtraLayerOnOneRankNamesIt) {
     if (ctx.rank == 2) config.n_layer = 3;
     models::GPT local(config);
     try {
-      fully_shard(local, FullyShardOptions().process_group(ctx.group));
+      fully_shard(local, FullyShardOptions(ctx.group));
       ADD_FAILURE() << rank_str(ctx) << ": no error";
     } catch (const std::exception& e) {
       const std::string what = e.what();
@@ -64,7 +64,7 @@ TEST(DifferentModelsAcrossRanks, DifferentDtypeNamesTheFirstParameter) {
   run_ranks(2, [](RankContext& ctx) {
     models::GPT local(tiny_gpt_config(true));
     if (ctx.rank == 1) local->to(at::kDouble);
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)),
                        "rank 1 has parameter 'wte.weight' [256, 32] Double");
   }, quick());
 }
@@ -73,7 +73,7 @@ TEST(DifferentModelsAcrossRanks, FrozenOnOneRankOnly) {
   run_ranks(2, [](RankContext& ctx) {
     Mlp local(7, 10, 3, true);
     if (ctx.rank == 0) local->shift.set_requires_grad(false);
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)),
                        "rank 0 has parameter 'shift' [2] Float (frozen)");
   }, quick());
 }
@@ -129,7 +129,7 @@ TEST(OptimizerBeforeBackward, HandWrittenStepThroughTheParameters) {
   run_ranks(2, [](RankContext& ctx) {
     at::manual_seed(4);
     UnitsOnly local;
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     at::Tensor x = at::randn({3, 5});
     model->forward(x).pow(2).mean().backward();  // gradients to step with
     at::Tensor loss = model->forward(x).pow(2).mean();
@@ -149,7 +149,7 @@ TEST(OptimizerBeforeBackward, RootWithoutParameters) {
   run_ranks(2, [](RankContext& ctx) {
     at::manual_seed(4);
     UnitsOnly local;
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     at::Tensor x = at::randn({3, 5});
     check_step_before_backward(ctx, model, [&] { return model->forward(x).pow(2).mean(); });
   }, quick());
@@ -161,7 +161,7 @@ TEST(OptimizerBeforeBackward, RootWithParameters) {
   run_ranks(2, [](RankContext& ctx) {
     at::manual_seed(4);
     models::GPT local(tiny_gpt_config(true));
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     at::Tensor tokens = at::randint(0, 256, {2, 16});
     check_step_before_backward(ctx, model,
                                [&] { return models::lm_loss(model->forward(tokens), tokens); });
@@ -174,7 +174,7 @@ TEST(NestedUnitForward, OutsideTheRootIsAnError) {
   run_ranks(2, [](RankContext& ctx) {
     at::manual_seed(4);
     Mlp local(7, 10, 3, true);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto unit = local->layers->ptr<fsdp::ShardedImpl<torch::nn::LinearImpl>>(0);
     ASSERT_NE(unit, nullptr);
     at::Tensor x = at::randn({2, 7});
@@ -228,7 +228,7 @@ TEST(TiedParams, AcrossSiblingUnitsIsAnErrorThatSaysHowToFixIt) {
     Pair pair{fsdp::Sharded<SharedWeightLinear>(SharedWeightLinear(w)),
               fsdp::Sharded<SharedWeightLinear>(SharedWeightLinear(w))};
     try {
-      fully_shard(pair, FullyShardOptions().process_group(ctx.group));
+      fully_shard(pair, FullyShardOptions(ctx.group));
       ADD_FAILURE() << "rank " << ctx.rank << ": tying across units did not throw";
     } catch (const std::exception& e) {
       const std::string what = e.what();
@@ -248,7 +248,7 @@ TEST(TiedParams, BetweenRootAndUnitIsAnError) {
   run_ranks(1, [](RankContext& ctx) {
     torch::nn::Linear embed(4, 4);
     Pair pair(embed, fsdp::Sharded<SharedWeightLinear>(SharedWeightLinear(embed->weight)));
-    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions(ctx.group)),
                        "is shared by units '<root>' and 'second'");
   });
 }
@@ -257,7 +257,7 @@ TEST(WrapErrors, OneModuleWrappedTwiceIsSharedByTwoUnits) {
   run_ranks(1, [](RankContext& ctx) {
     torch::nn::Linear lin(3, 3);
     Pair pair{fsdp::Sharded<torch::nn::Linear>(lin), fsdp::Sharded<torch::nn::Linear>(lin)};
-    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions(ctx.group)),
                        "is shared by units 'first' and 'second'");
   });
 }
@@ -266,7 +266,7 @@ TEST(WrapErrors, OneUnitRegisteredTwiceIsAnError) {
   run_ranks(1, [](RankContext& ctx) {
     fsdp::Sharded<torch::nn::Linear> unit(torch::nn::Linear(3, 3));
     Pair pair(unit, unit);
-    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions(ctx.group)),
                        "unit 'second' appears twice in the model");
   });
 }
@@ -274,8 +274,8 @@ TEST(WrapErrors, OneUnitRegisteredTwiceIsAnError) {
 TEST(WrapErrors, FullyShardTwiceIsAnError) {
   run_ranks(2, [](RankContext& ctx) {
     Mlp local(4, 5, 2, true);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
-    EXPECT_THROWS_WITH(fully_shard(model, FullyShardOptions().process_group(ctx.group)),
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
+    EXPECT_THROWS_WITH(fully_shard(model, FullyShardOptions(ctx.group)),
                        "this model is already sharded; call fully_shard once");
     // The model still trains after the refused call.
     at::Tensor x = at::randn({2, 4});
@@ -287,9 +287,9 @@ TEST(WrapErrors, AUnitShardedByAnotherModelIsAnError) {
   run_ranks(1, [](RankContext& ctx) {
     fsdp::Sharded<torch::nn::Linear> unit(torch::nn::Linear(3, 3));
     auto first = fully_shard(Pair(unit, torch::nn::Linear(3, 3)),
-                             FullyShardOptions().process_group(ctx.group));
+                             FullyShardOptions(ctx.group));
     Pair second(unit, torch::nn::Linear(3, 3));
-    EXPECT_THROWS_WITH(fully_shard(second, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(second, FullyShardOptions(ctx.group)),
                        "unit 'first' is already sharded (by another fully_shard call)");
   });
 }
@@ -309,7 +309,7 @@ TORCH_MODULE(IntParam);
 TEST(WrapErrors, NonFloatingParameterIsNamed) {
   run_ranks(2, [](RankContext& ctx) {
     Pair pair{fsdp::Sharded<IntParam>(IntParam()), torch::nn::Linear(3, 3)};
-    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions(ctx.group)),
                        "parameter 'first.steps' has dtype Long; only floating-point parameters "
                        "can be sharded (register integer state as a buffer instead)");
   });
@@ -320,7 +320,7 @@ TEST(WrapErrors, MixedDtypesInOneUnitAreNamed) {
     torch::nn::Linear a(3, 3), b(3, 3);
     b->to(at::kDouble);
     Pair pair{fsdp::Sharded<Pair>(Pair(a, b)), torch::nn::Tanh()};
-    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(pair, FullyShardOptions(ctx.group)),
                        "parameters of one unit must share a dtype, but 'first.first.weight' is "
                        "Float and 'first.second.weight' is Double");
   });

@@ -65,7 +65,7 @@ void check_parity(const ParityCase& c, MakeModel make_model, const at::Tensor& i
   run_ranks(c.world_size, [&](RankContext& ctx) {
     Holder local = make_model(c.nested);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group).strategy(c.strategy));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group).strategy(c.strategy));
     auto opt = make_optimizer(c.optimizer, model->parameters());
     for (int step = 0; step < kSteps; ++step) {
       at::Tensor x = local_rows(inputs[step], ctx.rank, ctx.world_size);

@@ -93,7 +93,7 @@ void check_accumulation(const AccumCase& c, MakeModel make_model, const at::Tens
     Holder local = make_model(true);
     local->to(dtype);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group).strategy(c.strategy));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group).strategy(c.strategy));
     auto opt = make_optimizer(c.optimizer, model->parameters());
     const std::string who = "rank " + std::to_string(ctx.rank);
     for (int step = 0; step < kSteps; ++step) {
@@ -112,7 +112,7 @@ void check_accumulation(const AccumCase& c, MakeModel make_model, const at::Tens
           NoSyncGuard no_sync(*model);
           run_micro_batch();
         } else if (c.mode == Mode::kSetRequiresSync) {
-          set_requires_gradient_sync(*model, last);
+          model->set_requires_gradient_sync(last);
           run_micro_batch();
         } else {
           run_micro_batch();
@@ -224,7 +224,7 @@ TEST(GradAccumulationReplacedGrad, AccumulatesOntoTheUsersTensor) {
   run_ranks(kWorld, [&](RankContext& ctx) {
     Mlp local(7, 10, 3, true);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     twice_with_replaced_grad(*model, [&](const at::Tensor& in) { return model->forward(in); }, ctx.rank);
     expect_shards_match(*model, *reference, 1e-5, 1e-6, "rank " + std::to_string(ctx.rank));
   });
@@ -234,7 +234,7 @@ TEST(GradAccumulationReplacedGrad, AccumulatesOntoTheUsersTensor) {
 TEST(GradAccumulationGuard, RestoresThePreviousSetting) {
   run_ranks(2, [](RankContext& ctx) {
     Mlp local(4, 5, 2, true);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     at::Tensor x = at::randn({2, 4});
     {
       NoSyncGuard outer(*model);
@@ -254,11 +254,11 @@ TEST(GradAccumulationGuard, RestoresThePreviousSetting) {
 TEST(GradAccumulationGuard, NeedsTheRoot) {
   run_ranks(1, [](RankContext& ctx) {
     Mlp local(4, 5, 2, true);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto* unit = dynamic_cast<UnitModule*>(local->layers->ptr(0).get());
     ASSERT_NE(unit, nullptr);
     EXPECT_THROWS_WITH(NoSyncGuard{*unit}, "needs the root module that fully_shard returned");
-    EXPECT_THROWS_WITH(set_requires_gradient_sync(*unit, false),
+    EXPECT_THROWS_WITH(unit->set_requires_gradient_sync(false),
                        "needs the root module that fully_shard returned");
   });
 }

@@ -52,7 +52,7 @@ TEST(HostSyncs, AUnitWhoseParametersAreAllUsedCopiesItsFlagsOnce) {
   for (const Case& c : {Case{1, MixedPrecisionPolicy().param_dtype(at::kBFloat16)},
                         Case{2, MixedPrecisionPolicy()}, Case{3, MixedPrecisionPolicy()}}) {
     run_ranks(c.world_size, [&](RankContext& ctx) {
-      auto model = fully_shard(models::GPT(config), FullyShardOptions().process_group(ctx.group).mp(c.mp));
+      auto model = fully_shard(models::GPT(config), FullyShardOptions(ctx.group).mp(c.mp));
       auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
       for (int step = 0; step < kSteps; ++step) {
         lm_train_step(model, *opt, local_rows(tokens[step], ctx.rank, ctx.world_size));
@@ -91,7 +91,7 @@ TEST(HostSyncs, FrozenParametersDoNotMakeFurtherCopies) {
   at::Tensor inputs = at::randn({kSteps, 6, 6});
   at::Tensor targets = at::randn({kSteps, 6, 2});
   run_ranks(2, [&](RankContext& ctx) {
-    auto model = fully_shard(PartlyFrozen(), FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(PartlyFrozen(), FullyShardOptions(ctx.group));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     for (int step = 0; step < kSteps; ++step) {
       mse_step(model, *opt, inputs, targets, step, ctx);
@@ -129,7 +129,7 @@ TEST(HostSyncs, AChangedPatternCopiesTheFlagsAgainAndAnUnusedParameterReadsTheCo
   at::Tensor targets = at::randn({kSteps, 6, 2});
   run_ranks(2, [&](RankContext& ctx) {
     GatedNet local;
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     int64_t before = 0;
     for (int step = 0; step < kSteps; ++step) {

@@ -36,24 +36,24 @@ TEST_P(HybridShard, MatchesSingleProcessAndCountsPerGroup) {
   });
 
   run_ranks(4, [&](RankContext& ctx) {
-    auto mesh = std::make_shared<DeviceMesh>(make_hybrid_mesh(ctx.group, 2));
-    ASSERT_EQ(mesh->shard->size(), 2);
-    ASSERT_EQ(mesh->replicate->size(), 2);
+    const DeviceMesh mesh = make_hybrid_mesh(ctx.group, 2);
+    ASSERT_EQ(mesh.shard->size(), 2);
+    ASSERT_EQ(mesh.replicate->size(), 2);
     Mlp local(7, 10, 3, true);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions().mesh(mesh).strategy(strategy));
+    auto model = fully_shard(local, FullyShardOptions(mesh).strategy(strategy));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     for (int step = 0; step < kSteps; ++step) {
-      const CommCounters shard0 = mesh->shard->counters();
-      const CommCounters replicate0 = mesh->replicate->counters();
+      const CommCounters shard0 = mesh.shard->counters();
+      const CommCounters replicate0 = mesh.replicate->counters();
       at::Tensor x = local_rows(inputs[step], ctx.rank, 4);
       at::Tensor y = local_rows(targets[step], ctx.rank, 4);
       at::Tensor loss = at::mse_loss(model->forward(x), y);
       opt->zero_grad();
       loss.backward();
       opt->step();
-      const CommCounters shard = mesh->shard->counters() - shard0;
-      const CommCounters replicate = mesh->replicate->counters() - replicate0;
+      const CommCounters shard = mesh.shard->counters() - shard0;
+      const CommCounters replicate = mesh.replicate->counters() - replicate0;
       const double global = global_mean(*ctx.group, loss.item<double>());
       EXPECT_LE(relative_diff(global, ref_losses[step]), 1e-5)
           << "rank " << ctx.rank << " step " << step;
@@ -111,10 +111,23 @@ TEST(HybridMeshFromEnv, LocalWorldSizeMustDivideTheWorld) {
 TEST(HybridShardOptions, DefaultMeshShardsWithinANode) {
   set_launch_env("2");
   run_ranks(4, [](RankContext& ctx) {
-    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions()
-                                                      .process_group(ctx.group)
+    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions(ctx.group)
                                                       .strategy(ShardingStrategy::kHybridShard));
     for (const auto& info : unit_infos(*model)) EXPECT_EQ(info.padded_numel, 2 * info.shard_numel);
+  });
+}
+
+TEST(HybridShardOptions, AMeshInTheConstructorAlsoGivesTheWorldGroup) {
+  run_ranks(4, [](RankContext& ctx) {
+    const DeviceMesh mesh = make_hybrid_mesh(ctx.group, 2);
+    const FullyShardOptions options(mesh);
+    EXPECT_EQ(options.process_group(), ctx.group);
+    ASSERT_NE(options.mesh(), nullptr);
+    EXPECT_EQ(options.mesh()->shard, mesh.shard);
+    EXPECT_EQ(options.mesh()->replicate, mesh.replicate);
+    // A group converts to the options, so fully_shard(model, group) works.
+    auto model = fully_shard(Mlp(7, 10, 3, true), ctx.group);
+    EXPECT_TRUE(model->is_sharded());
   });
 }
 
@@ -125,7 +138,7 @@ TEST(HybridShardOptions, WithoutMeshOrLauncherEnvTheErrorSaysWhatToPass) {
   }
   run_ranks(2, [](RankContext& ctx) {
     Mlp local(7, 10, 3, true);
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions().process_group(ctx.group).strategy(
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group).strategy(
                                               ShardingStrategy::kHybridShard)),
                        "HYBRID_SHARD without a mesh shards within each node, which needs the "
                        "launcher's environment (LOCAL_WORLD_SIZE)");

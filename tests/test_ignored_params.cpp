@@ -24,8 +24,7 @@ constexpr int kSteps = 4;
 constexpr int kWorld = 2;
 
 FullyShardOptions ignoring_last_linear_and_scale(Mlp& local, const ProcessGroupPtr& group) {
-  return FullyShardOptions()
-      .process_group(group)
+  return FullyShardOptions(group)
       .ignored_modules({local->layers->ptr(4)})
       .ignored_params({local->scale});
 }
@@ -192,10 +191,10 @@ TEST(IgnoredParams, StateDictsAndCheckpointsKeepThem) {
 TEST(IgnoredParams, ErrorsNameTheFix) {
   run_ranks(2, [](RankContext& ctx) {
     Mlp local(7, 10, 3, true);
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions().process_group(ctx.group)
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)
                                               .ignored_params({at::Tensor()})),
                        "ignored_params[0] is an undefined tensor");
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions().process_group(ctx.group)
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)
                                               .ignored_modules({local.ptr()})),
                        "the root module is in ignored_modules");
   });

@@ -69,7 +69,7 @@ TEST_P(MemoryAccounting, FullShardAdamWAtWorldSizeFour) {
   run_ranks(kWorld, [&](RankContext& ctx) {
     models::GPT local(config);
     copy_state(*local, *reference);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
     const std::string who = "rank " + std::to_string(ctx.rank);
 
@@ -164,7 +164,7 @@ TEST(MemoryAccountingNoPrefetch, PeakIsRootPlusOneUnit) {
     models::GPT local(config);
     copy_state(*local, *reference);
     auto model =
-        fully_shard(local, FullyShardOptions().process_group(ctx.group).prefetch(false));
+        fully_shard(local, FullyShardOptions(ctx.group).prefetch(false));
     for (int step = 0; step < 2; ++step) {
       at::Tensor x = local_rows(tokens[step], ctx.rank, ctx.world_size);
       const MemoryStats stats = memory_stats(*model);
@@ -193,7 +193,7 @@ TEST(MemoryAccountingNoReshard, KeepsTheWholeModelGathered) {
     models::GPT local(config);
     copy_state(*local, *reference);
     auto model = fully_shard(
-        local, FullyShardOptions().process_group(ctx.group).reshard_after_forward(false));
+        local, FullyShardOptions(ctx.group).reshard_after_forward(false));
     int64_t all_units = 0;
     for (const auto& [unit, n] : unit_numels(*model)) all_units += padded(n, kWorld) * kFloat;
     at::Tensor x = local_rows(tokens[0], ctx.rank, ctx.world_size);

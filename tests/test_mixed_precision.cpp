@@ -126,7 +126,7 @@ TEST(MixedPrecision, OutputDtypeCastsTheUnitsOutputs) {
   run_ranks(2, [](RankContext& ctx) {
     auto model = fully_shard(
         models::GPT(tiny_gpt_config(false)),
-        FullyShardOptions().process_group(ctx.group).mp(
+        FullyShardOptions(ctx.group).mp(
             MixedPrecisionPolicy().param_dtype(at::kBFloat16).output_dtype(at::kFloat)));
     at::Tensor tokens = at::randint(0, 256, {2, 8});
     at::Tensor logits = model->forward(tokens);
@@ -142,7 +142,7 @@ TEST(MixedPrecision, OutputDtypeCastsTheUnitsOutputs) {
 TEST(MixedPrecision, BufferDtypeCastsFloatingBuffersOnly) {
   run_ranks(2, [](RankContext& ctx) {
     auto model = fully_shard(models::GPT(tiny_gpt_config(true)),
-                             FullyShardOptions().process_group(ctx.group).mp(
+                             FullyShardOptions(ctx.group).mp(
                                  MixedPrecisionPolicy().buffer_dtype(at::kBFloat16)));
     for (const auto& b : model->named_buffers()) {
       EXPECT_EQ(b.value().scalar_type(), at::kBool) << b.key() << ": the causal mask is not floating";
@@ -151,7 +151,7 @@ TEST(MixedPrecision, BufferDtypeCastsFloatingBuffersOnly) {
   run_ranks(2, [](RankContext& ctx) {
     auto mlp = Mlp(7, 10, 3, true);
     mlp->register_buffer("running", at::ones({4}));
-    auto model = fully_shard(mlp, FullyShardOptions().process_group(ctx.group).mp(
+    auto model = fully_shard(mlp, FullyShardOptions(ctx.group).mp(
                                       MixedPrecisionPolicy().buffer_dtype(at::kBFloat16)));
     EXPECT_EQ(model->named_buffers()["running"].scalar_type(), at::kBFloat16);
   });

@@ -33,7 +33,7 @@ TEST(Offload, MatchesSingleProcessTrainingAtWorldSizesTwoAndThree) {
     run_ranks(ws, [&](RankContext& ctx) {
       models::GPT local(config);
       copy_state(*local, *init);
-      auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group).offload(
+      auto model = fully_shard(local, FullyShardOptions(ctx.group).offload(
                                           OffloadPolicy().offload_params(true)));
       auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
       for (int step = 0; step < kSteps; ++step) {

@@ -39,8 +39,7 @@ StepObservation run(int ws, bool prefetch, int limit) {
   run_ranks(ws, [&](RankContext& ctx) {
     models::GPT local(config);
     copy_state(*local, *init);
-    auto model = fully_shard(local, FullyShardOptions()
-                                        .process_group(ctx.group)
+    auto model = fully_shard(local, FullyShardOptions(ctx.group)
                                         .prefetch(prefetch)
                                         .max_inflight_all_gathers(limit));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
@@ -112,7 +111,7 @@ TORCH_MODULE(Swapping);
 
 TEST(Prefetch, RankDependentUnitOrderIsAClearError) {
   run_ranks(2, [](RankContext& ctx) {
-    auto model = fully_shard(Swapping(ctx.rank), FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(Swapping(ctx.rank), FullyShardOptions(ctx.group));
     EXPECT_THROWS_WITH(model->forward(at::randn({2, 4})), "ranks ran units in different orders");
   });
 }
@@ -121,7 +120,7 @@ TEST(Prefetch, ExplicitPrefetchListsAreUsed) {
   run_ranks(2, [](RankContext& ctx) {
     const auto config = four_blocks();
     models::GPT local(config);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group).max_inflight_all_gathers(4));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group).max_inflight_all_gathers(4));
     // Collect the block units in order.
     std::vector<UnitModule*> blocks;
     for (const auto& m : model->modules(/*include_self=*/false)) {

@@ -43,8 +43,7 @@ LaneRun train(int ws, c10::optional<bool> lane, const MixedPrecisionPolicy& mp,
   run_ranks(ws, [&](RankContext& ctx) {
     models::GPT local(four_blocks());
     copy_state(*local, init);
-    auto model = fully_shard(local, FullyShardOptions()
-                                        .process_group(ctx.group)
+    auto model = fully_shard(local, FullyShardOptions(ctx.group)
                                         .mp(mp)
                                         .separate_reduce_scatter_group(lane));
     const ProcessGroupPtr reduce_group = unit_infos(*model).front().reduce_scatter_group;
@@ -132,7 +131,7 @@ TEST(ReduceScatterLane, MatchesSingleProcessTraining) {
     local->to(at::kDouble);
     copy_state(*local, *init);
     auto model = fully_shard(
-        local, FullyShardOptions().process_group(ctx.group).separate_reduce_scatter_group(true));
+        local, FullyShardOptions(ctx.group).separate_reduce_scatter_group(true));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     for (int step = 0; step < kSteps; ++step) {
       at::Tensor loss = lm_train_step(model, *opt, local_rows(tokens[step], ctx.rank, ctx.world_size));
@@ -147,8 +146,7 @@ TEST(ReduceScatterLane, DefaultsToTheShardGroupOnGlooAndIsNeverMadeForOneRank) {
   for (int ws : {1, 2}) {
     run_ranks(ws, [&](RankContext& ctx) {
       for (c10::optional<bool> lane : {c10::optional<bool>(), c10::optional<bool>(true)}) {
-        auto model = fully_shard(Mlp(4, 8, 3, true), FullyShardOptions()
-                                                                 .process_group(ctx.group)
+        auto model = fully_shard(Mlp(4, 8, 3, true), FullyShardOptions(ctx.group)
                                                                  .separate_reduce_scatter_group(lane));
         const bool want_sibling = lane.value_or(false) && ws > 1;
         for (const auto& info : unit_infos(*model)) {
@@ -164,19 +162,18 @@ TEST(ReduceScatterLane, DefaultsToTheShardGroupOnGlooAndIsNeverMadeForOneRank) {
 
 TEST(ReduceScatterLane, HybridShardUsesASiblingOfEachShardGroup) {
   run_ranks(4, [&](RankContext& ctx) {
-    auto mesh = std::make_shared<DeviceMesh>(make_hybrid_mesh(ctx.group, 2));
-    auto model = fully_shard(Mlp(4, 8, 3, true), FullyShardOptions()
-                                                             .mesh(mesh)
-                                                             .strategy(ShardingStrategy::kHybridShard)
-                                                             .separate_reduce_scatter_group(true));
+    const DeviceMesh mesh = make_hybrid_mesh(ctx.group, 2);
+    auto model = fully_shard(Mlp(4, 8, 3, true), FullyShardOptions(mesh)
+                                                     .strategy(ShardingStrategy::kHybridShard)
+                                                     .separate_reduce_scatter_group(true));
     for (const auto& info : unit_infos(*model)) {
-      EXPECT_NE(info.reduce_scatter_group, mesh->shard);
-      EXPECT_EQ(info.reduce_scatter_group->global_ranks(), mesh->shard->global_ranks());
+      EXPECT_NE(info.reduce_scatter_group, mesh.shard);
+      EXPECT_EQ(info.reduce_scatter_group->global_ranks(), mesh.shard->global_ranks());
     }
     at::Tensor x = at::randn({4, 4});
-    const CommCounters shard0 = mesh->shard->counters();
+    const CommCounters shard0 = mesh.shard->counters();
     model->forward(x).sum().backward();
-    EXPECT_EQ((mesh->shard->counters() - shard0).reduce_scatter, 0)
+    EXPECT_EQ((mesh.shard->counters() - shard0).reduce_scatter, 0)
         << "reduce-scatters belong on the lane";
   });
 }

@@ -55,7 +55,7 @@ void train_and_check(const Reference& ref, int k, const std::function<void(RankC
   run_ranks(4, [&](RankContext& ctx) {
     Mlp local(7, 10, 3, true);
     copy_state(*local, *ref.initial);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group)
+    auto model = fully_shard(local, FullyShardOptions(ctx.group)
                                         .reshard_after_forward_group_size(k));
     ProcessGroupPtr group;
     for (const auto& info : unit_infos(*model)) {
@@ -139,8 +139,7 @@ TEST(ReshardToGroup, WithMixedPrecisionAndOffloadEqualsAPlainReshard) {
     run_ranks(4, [&](RankContext& ctx) {
       Mlp local(7, 10, 3, true);
       copy_state(*local, *ref.initial);
-      auto model = fully_shard(local, FullyShardOptions()
-                                          .process_group(ctx.group)
+      auto model = fully_shard(local, FullyShardOptions(ctx.group)
                                           .mp(MixedPrecisionPolicy().param_dtype(at::kBFloat16))
                                           .offload(OffloadPolicy().offload_params(true))
                                           .reshard_after_forward_group_size(k));
@@ -181,24 +180,22 @@ TEST(ReshardToGroup, WithMixedPrecisionAndOffloadEqualsAPlainReshard) {
 TEST(ReshardToGroup, ErrorsNameTheValueAndTheFix) {
   run_ranks(4, [](RankContext& ctx) {
     Mlp local(7, 10, 3, true);
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions().process_group(ctx.group)
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)
                                               .reshard_after_forward_group_size(3)),
                        "reshard_after_forward_group_size is 3 for unit 'layers.0', which does not "
                        "divide the shard group size 4");
   });
   run_ranks(2, [](RankContext& ctx) {
     Mlp local(7, 10, 3, true);
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions()
-                                              .process_group(ctx.group)
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)
                                               .strategy(ShardingStrategy::kShardGradOp)
                                               .reshard_after_forward_group_size(2)),
                        "has no effect with strategy SHARD_GRAD_OP");
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions()
-                                              .process_group(ctx.group)
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)
                                               .reshard_after_forward(false)
                                               .reshard_after_forward_group_size(2)),
                        "set only one of them");
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions().process_group(ctx.group)
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)
                                               .reshard_after_forward_group_size(-2)),
                        "reshard_after_forward_group_size is -2");
   });

@@ -103,7 +103,7 @@ void expect_trains_like_one_process(int world_size, size_t units_with_root,
   run_ranks(world_size, [&](RankContext& ctx) {
     Holder local = make(true);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto opt = make_optimizer(OptimizerKind::kSgdMomentum, model->parameters());
     const auto losses = train_steps(*opt, kSteps, [&](int s) {
       at::Tensor x = local_rows(inputs[s], ctx.rank, ctx.world_size);

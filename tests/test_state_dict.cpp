@@ -154,7 +154,7 @@ TEST_P(StateDictTest, FullStateDictEqualsReferenceAfterTraining) {
   run_ranks(world_size, [&](RankContext& ctx) {
     models::GPT local(tiny_gpt_config(true));
     copy_state(*local, *init);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     train(ctx, model, *opt, data, 0, kStepsBefore);
 
@@ -185,7 +185,7 @@ void check_resume(OptimizerKind kind, int load_world_size, bool rank0_only) {
   run_ranks(2, [&](RankContext& ctx) {
     models::GPT local(tiny_gpt_config(true));
     copy_state(*local, *init);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto opt = make_optimizer(kind, model->parameters());
     train(ctx, model, *opt, data, 0, kStepsBefore);
     StateDict dict = full_state_dict(*model);
@@ -202,7 +202,7 @@ void check_resume(OptimizerKind kind, int load_world_size, bool rank0_only) {
   run_ranks(load_world_size, [&](RankContext& ctx) {
     at::manual_seed(99 + ctx.rank);  // different weights: the load must overwrite them
     models::GPT local(tiny_gpt_config(true));
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto opt = make_optimizer(kind, model->parameters());
     const bool holds = !rank0_only || ctx.rank == 0;
     const auto options = LoadStateDictOptions().rank0_only(rank0_only);
@@ -237,7 +237,7 @@ TEST_P(StateDictTest, ReferenceStateDictLoadsIntoShards) {
   const StateDict dict = reference_state_dict(*ref.model);
   run_ranks(GetParam(), [&](RankContext& ctx) {
     models::GPT local(tiny_gpt_config(true));
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     const auto result = load_full_state_dict(*model, dict);
     EXPECT_TRUE(result.missing.empty() && result.unexpected.empty() && result.mismatched.empty());
     expect_shards_match(*model, *ref.model, 0, 0, "rank " + std::to_string(ctx.rank));
@@ -249,7 +249,7 @@ TEST_P(StateDictTest, FullStateDictPeakIsOneUnitPlusOutput) {
   const Data data = make_data();
   run_ranks(GetParam(), [&](RankContext& ctx) {
     models::GPT local(tiny_gpt_config(true));
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     train(ctx, model, *opt, data, 0, 1);
 
@@ -289,7 +289,7 @@ TEST_P(StateDictTest, ShardedStateDictPlacesLocalShardsWithoutCommunication) {
   const Data data = make_data();
   run_ranks(GetParam(), [&](RankContext& ctx) {
     models::GPT local(tiny_gpt_config(true));
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     train(ctx, model, *opt, data, 0, 1);
 
@@ -342,7 +342,7 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, StateDictTest, ::testing::Values(2, 3),
 
 TEST(StateDictErrors, StrictLoadReportsEveryProblemAtOnce) {
   run_ranks(2, [](RankContext& ctx) {
-    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions(ctx.group));
     StateDict dict = full_state_dict(*model, FullStateDictOptions().rank0_only(false));
     StateDict bad;
     for (const auto& item : dict) {
@@ -385,7 +385,7 @@ TEST(StateDictErrors, StrictLoadReportsEveryProblemAtOnce) {
 TEST(StateDictErrors, NeedsTheRootAndMatchingShards) {
   run_ranks(2, [](RankContext& ctx) {
     Mlp mlp(7, 10, 3, true);
-    auto model = fully_shard(mlp, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(mlp, FullyShardOptions(ctx.group));
     auto* nested = dynamic_cast<UnitModule*>(mlp->layers->ptr(0).get());
     ASSERT_NE(nested, nullptr);
     EXPECT_THROWS_WITH(full_state_dict(*nested), "needs the root module that fully_shard returned");
@@ -412,7 +412,7 @@ TEST(StateDictConsolidate, ConsolidatedSafetensorsEqualReference) {
   run_ranks(2, [&](RankContext& ctx) {
     models::GPT local(tiny_gpt_config(true));
     copy_state(*local, *init);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
     train(ctx, model, *opt, data, 0, kStepsBefore);
     ckpt::save_training_state(*ctx.group, (dir / "ckpt").string(), *model, opt.get());

@@ -39,7 +39,7 @@ void PrintTo(const LayoutCase& c, std::ostream* os) { *os << case_name({c, 0}); 
 FullyShardOptions options_for(const LayoutCase& c, const ProcessGroupPtr& world) {
   auto options = FullyShardOptions().strategy(c.strategy).offload(OffloadPolicy().offload_params(c.offload));
   if (c.strategy == ShardingStrategy::kHybridShard || c.strategy == ShardingStrategy::kHybridShardZero2) {
-    return options.mesh(std::make_shared<DeviceMesh>(make_hybrid_mesh(world, 2)));
+    return options.mesh(make_hybrid_mesh(world, 2));
   }
   return options.process_group(world);
 }
@@ -111,7 +111,7 @@ TEST_P(StateDictLayouts, FullDictsPrimaryRangesAndCheckpointReload) {
   run_ranks(load_world, [&](RankContext& ctx) {
     at::manual_seed(42 + ctx.rank);
     Mlp local(7, 10, 3, true);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     auto opt = make_optimizer(OptimizerKind::kSgdMomentum, model->parameters());
     ckpt::load_training_state(*ctx.group, checkpoint, *model, opt.get());
     const StateDict loaded = full_state_dict(*model);

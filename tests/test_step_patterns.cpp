@@ -64,7 +64,7 @@ void check_gpt_parity(int world_size, ShardingStrategy strategy, OptimizerKind o
   run_ranks(world_size, [&](RankContext& ctx) {
     models::GPT local(config);
     copy_state(*local, *initial);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group).strategy(strategy));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group).strategy(strategy));
     auto opt = make_optimizer(optimizer, model->parameters());
     for (int step = 0; step < steps; ++step) {
       StepContext sc{[&](const at::Tensor& t) { return model->forward(t); },
@@ -158,7 +158,7 @@ TEST(EvalUnderNoGrad, ShardGradOpFreesParametersToo) {
 TEST(EvalUnderNoGrad, IssuesOnlyAllGathers) {
   run_ranks(2, [](RankContext& ctx) {
     models::GPT local(tiny_gpt_config(true));
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     at::Tensor tokens = at::randint(0, 256, {2, 16});
     at::NoGradGuard no_grad;
     model->forward(tokens);  // the first forward validates the unit order

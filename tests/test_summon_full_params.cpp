@@ -47,7 +47,7 @@ Trained make_trained() {
 Sharded<Mlp> train_fsdp(const Trained& t, RankContext& ctx) {
   Mlp local(7, 10, 3, true);
   copy_state(*local, *t.initial);
-  auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+  auto model = fully_shard(local, FullyShardOptions(ctx.group));
   auto opt = make_optimizer(OptimizerKind::kAdamW, model->parameters());
   for (int step = 0; step < 2; ++step) {
     at::Tensor loss = at::mse_loss(model->forward(local_rows(t.inputs[step], ctx.rank, kWorld)),
@@ -156,7 +156,7 @@ TORCH_MODULE(CallbackNet);
 
 TEST(SummonFullParams, MisuseErrors) {
   run_ranks(2, [](RankContext& ctx) {
-    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions(ctx.group));
     at::Tensor x = at::randn({2, 7});
     {
       SummonFullParams outer(*model);
@@ -181,12 +181,12 @@ TEST(SummonFullParams, MisuseErrors) {
     SummonFullParams after(*model);  // fine once backward is done
   });
   run_ranks(2, [](RankContext& ctx) {
-    auto model = fully_shard(CallbackNet(), FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(CallbackNet(), FullyShardOptions(ctx.group));
     model->module()->callback = [&] { SummonFullParams guard(*model); };
     EXPECT_THROWS_WITH(model->forward(at::randn({2, 4})), "created inside forward");
   });
   run_ranks(2, [](RankContext& ctx) {
-    auto model = fully_shard(CallbackNet(), FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(CallbackNet(), FullyShardOptions(ctx.group));
     at::Tensor out = model->forward(at::randn({2, 4}));
     out.register_hook([&](const at::Tensor& grad) {
       SummonFullParams guard(*model);
@@ -211,7 +211,7 @@ TEST(ApplyWithFullParams, CustomInitIsWrittenBack) {
   run_ranks(kWorld, [&](RankContext& ctx) {
     Mlp local(7, 10, 3, true);
     copy_state(*local, *expected);  // scale and shift
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     apply_with_full_params(*model, init);
     expect_shards_match(*model, *expected, 0, 0, "rank " + std::to_string(ctx.rank));
   });

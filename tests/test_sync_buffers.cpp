@@ -41,7 +41,7 @@ TEST(Buffers, BroadcastFromRankZeroAtWrapTime) {
   run_ranks(3, [](RankContext& ctx) {
     WithBuffers local;
     give_rank_buffers(local, ctx.rank);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
     EXPECT_TRUE(at::equal(local->counter, at::full({3}, 1.0))) << rank_str(ctx);
     EXPECT_TRUE(at::equal(local->norm->module()->running_mean, at::full({4}, 10.0)))
         << rank_str(ctx);
@@ -57,7 +57,7 @@ TEST(Buffers, LeftAloneWhenSyncIsOff) {
   run_ranks(2, [](RankContext& ctx) {
     WithBuffers local;
     give_rank_buffers(local, ctx.rank);
-    fully_shard(local, FullyShardOptions().process_group(ctx.group).sync_buffers(false));
+    fully_shard(local, FullyShardOptions(ctx.group).sync_buffers(false));
     EXPECT_TRUE(at::equal(local->counter, at::full({3}, ctx.rank + 1.0))) << rank_str(ctx);
     EXPECT_EQ(local->norm->module()->num_batches_tracked.item<int64_t>(), ctx.rank + 5)
         << rank_str(ctx);

@@ -54,7 +54,7 @@ StepCounts one_step(const std::function<void(std::vector<UnitModule*>&)>& before
     copy_state(*local, *init);
     auto blocks = block_units(*local);
     if (before_wrap) before_wrap(blocks);
-    auto model = fully_shard(local, FullyShardOptions().process_group(ctx.group).max_inflight_all_gathers(max_inflight));
+    auto model = fully_shard(local, FullyShardOptions(ctx.group).max_inflight_all_gathers(max_inflight));
     if (after_wrap) after_wrap(blocks);
     at::Tensor x = local_rows(tokens, ctx.rank, ctx.world_size);
     at::Tensor loss = models::lm_loss(model->forward(x), x);
@@ -89,8 +89,7 @@ TEST(UnitOptions, MixedPrecisionReachesOnlyItsUnitAndUnsetFieldsFollowTheRoot) {
     auto blocks = block_units(*local);
     blocks[2]->set_unit_options(
         UnitOptions().mp(MixedPrecisionPolicy().param_dtype(at::kBFloat16)));
-    auto model = fully_shard(local, FullyShardOptions()
-                                        .process_group(ctx.group)
+    auto model = fully_shard(local, FullyShardOptions(ctx.group)
                                         .mp(MixedPrecisionPolicy().reduce_dtype(at::kDouble)));
     for (const auto& info : unit_infos(*model)) {
       const bool overridden = info.name == "blocks.2";
@@ -107,7 +106,7 @@ TEST(UnitOptions, GroupSizeForAStrategyThatNeverReshardsIsRefusedNamingTheUnit) 
     models::GPT local(four_blocks());
     block_units(*local)[0]->set_unit_options(UnitOptions().reshard_after_forward_group_size(2));
     EXPECT_THROWS_WITH(
-        fully_shard(local, FullyShardOptions().process_group(ctx.group).strategy(
+        fully_shard(local, FullyShardOptions(ctx.group).strategy(
                                ShardingStrategy::kShardGradOp)),
         "the UnitOptions of unit 'blocks.0': reshard_after_forward_group_size(2) has no effect "
         "with strategy SHARD_GRAD_OP");
@@ -118,7 +117,7 @@ TEST(UnitOptions, GroupSizeThatDoesNotDivideTheShardGroupIsRefusedNamingTheUnit)
   run_ranks(2, [&](RankContext& ctx) {
     models::GPT local(four_blocks());
     block_units(*local)[3]->set_unit_options(UnitOptions().reshard_after_forward_group_size(3));
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)),
                        "reshard_after_forward_group_size is 3 for unit 'blocks.3', which does not "
                        "divide the shard group size 2");
   });
@@ -129,7 +128,7 @@ TEST(UnitOptions, ConflictingReshardChoicesAreRefused) {
     models::GPT local(four_blocks());
     block_units(*local)[1]->set_unit_options(
         UnitOptions().reshard_after_forward(false).reshard_after_forward_group_size(2));
-    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions().process_group(ctx.group)),
+    EXPECT_THROWS_WITH(fully_shard(local, FullyShardOptions(ctx.group)),
                        "the UnitOptions of unit 'blocks.1': reshard_after_forward is false but "
                        "reshard_after_forward_group_size is 2");
   });

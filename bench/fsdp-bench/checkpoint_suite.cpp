@@ -115,7 +115,7 @@ Timings time_rank(const CheckpointConfig& c, const models::GPTConfig& g, const s
   at::set_num_threads(threads_per_rank(c.world_size));
   at::manual_seed(0);
   models::GPT local(g);
-  auto model = fully_shard(local, FullyShardOptions().process_group(group));
+  auto model = fully_shard(local, FullyShardOptions(group));
   ckpt::SaveOptions options;
   options.overwrite = true;
   Timings mine;

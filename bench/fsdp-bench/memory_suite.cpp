@@ -77,7 +77,7 @@ RankMemory run_rank(const MemoryConfig& c, ProcessGroupPtr group, const at::Tens
   const int rank = group->rank();
   at::manual_seed(0);  // every rank builds the same model
   models::GPT local(gpt_config(c, /*shard_blocks=*/true));
-  auto model = fully_shard(local, FullyShardOptions().process_group(group).prefetch(!c.no_prefetch));
+  auto model = fully_shard(local, FullyShardOptions(group).prefetch(!c.no_prefetch));
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
   const int64_t rows = tokens.size(0) / c.world_size;
   at::Tensor x = tokens.narrow(0, rank * rows, rows);

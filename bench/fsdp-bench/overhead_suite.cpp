@@ -68,7 +68,7 @@ void run_overhead(const OverheadConfig& c) {
   at::set_num_threads(1);  // per-unit overhead is single-threaded work
   Tower local(c.units, c.width, false);
   auto group = make_single_process_group();
-  auto sharded = fully_shard(Tower(c.units, c.width, true), FullyShardOptions().process_group(group));
+  auto sharded = fully_shard(Tower(c.units, c.width, true), FullyShardOptions(group));
   torch::optim::SGD local_opt(local->parameters(), torch::optim::SGDOptions(1e-3));
   torch::optim::SGD fsdp_opt(sharded->parameters(), torch::optim::SGDOptions(1e-3));
   at::Tensor x = at::randn({c.batch, c.width});

@@ -105,7 +105,7 @@ TrainTimes measure(const TrainConfig& c) {
     models::GPT local(gpt_config(c, false));
     torch::optim::AdamW local_opt(local->parameters(), torch::optim::AdamWOptions(1e-3));
     const auto options =
-        FullyShardOptions().process_group(group).separate_reduce_scatter_group(c.reduce_scatter_lane);
+        FullyShardOptions(group).separate_reduce_scatter_group(c.reduce_scatter_lane);
     auto on = fully_shard(models::GPT(gpt_config(c, true)), options);
     torch::optim::AdamW on_opt(on->parameters(), torch::optim::AdamWOptions(1e-3));
     auto off = fully_shard(models::GPT(gpt_config(c, true)), FullyShardOptions(options).prefetch(false));

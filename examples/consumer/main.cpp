@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     // 3. Build the same model on every rank, then shard it. fully_shard
     //    returns the root unit; each rank now holds 1/N of every parameter.
     at::manual_seed(0);
-    auto model = fsdp::fully_shard(Mlp(16, 64, 4), fsdp::FullyShardOptions().process_group(world));
+    auto model = fsdp::fully_shard(Mlp(16, 64, 4), fsdp::FullyShardOptions(world));
 
     // 4. Build the optimizer after sharding, over the model's parameters:
     //    it steps the local shards, and its state is 1/N-sized too.

@@ -4,7 +4,7 @@
 //
 //   auto world = fsdp::init_process_group_from_env();
 //   auto model = fsdp::fully_shard(GPT(config),
-//                                  fsdp::FullyShardOptions().process_group(world));
+//                                  fsdp::FullyShardOptions(world));
 //   torch::optim::AdamW opt(model->parameters(), ...);   // after sharding
 //   auto loss = loss_fn(model(x), y);
 //   loss.backward();     // gradients reduce-scattered; .grad() is the shard
@@ -53,18 +53,8 @@ Sharded<Holder>& fully_shard(Sharded<Holder>& root, const FullyShardOptions& opt
   return root;
 }
 
-// Turns gradient synchronization off or on for the next backwards. While off,
-// full (unsharded) gradients accumulate locally, using memory for the whole
-// model's gradients; the next synchronizing backward reduces them all.
-void set_requires_gradient_sync(UnitModule& root, bool requires_sync);
-
-// Checks on every step (not only the first) that all ranks run the units in
-// the same order, naming the first differing unit on each rank. Costs one
-// tiny all-gather per unit forward. FSDP_DEBUG=1 in the environment at
-// fully_shard time turns it on too. See [Note: execution order validation].
-void set_validate_execution_order(UnitModule& root, bool every_step);
-
-// RAII form: for (micro-batches but the last) { fsdp::NoSyncGuard g(*model); ... }
+// set_requires_gradient_sync(false) for a scope:
+//   for (micro-batches but the last) { fsdp::NoSyncGuard g(*model); ... }
 class NoSyncGuard {
  public:
   explicit NoSyncGuard(UnitModule& root);

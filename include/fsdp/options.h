@@ -77,9 +77,20 @@ struct OffloadPolicy {
 };
 
 struct FullyShardOptions {
+  /// The one argument fully_shard needs goes in the constructor, as in
+  /// torch::nn::LinearOptions(in, out): the ranks to shard over, or, for the
+  /// hybrid strategies, the 2-D mesh (whose world group is then the group).
+  /// Both convert implicitly, so `fully_shard(model, world)` works too.
+  FullyShardOptions() = default;
+  FullyShardOptions(ProcessGroupPtr group)  // NOLINT: implicit by design
+      : process_group_(std::move(group)) {}
+  FullyShardOptions(DeviceMesh mesh);  // NOLINT: implicit by design
+  /// Sets `mesh` below, and the process group to the mesh's world.
+  FullyShardOptions& mesh(DeviceMesh mesh);
+
   /// The ranks to shard over. Default: none; fully_shard then requires one.
   TORCH_ARG(ProcessGroupPtr, process_group) = nullptr;
-  /// For the hybrid strategies: the 2-D mesh (see make_hybrid_mesh).
+  /// For the hybrid strategies: the 2-D mesh, as make_hybrid_mesh returns it.
   /// Default: none; with only `process_group` set, fully_shard builds
   /// make_hybrid_mesh_from_env(process_group): one shard group per node of
   /// LOCAL_WORLD_SIZE ranks, read from the launcher's environment.

@@ -55,6 +55,19 @@ class UnitModule : public torch::nn::Module {
   void set_forward_prefetch(const std::vector<UnitModule*>& units);
   void set_backward_prefetch(const std::vector<UnitModule*>& units);
 
+  // On the root (after fully_shard), as FSDP2 has them on FSDPModule:
+  //
+  // Turns gradient synchronization off or on for the next backwards. While
+  // off, full (unsharded) gradients accumulate locally, using memory for the
+  // whole model's gradients; the next synchronizing backward reduces them
+  // all. NoSyncGuard is the scoped form.
+  void set_requires_gradient_sync(bool requires_sync);
+  // Checks on every step (not only the first) that all ranks run the units
+  // in the same order, naming the first differing unit on each rank. Costs
+  // one tiny all-gather per unit forward. FSDP_DEBUG=1 in the environment at
+  // fully_shard time turns it on too. See [Note: execution order validation].
+  void set_validate_execution_order(bool every_step);
+
   void train(bool on = true) override;
   void pretty_print(std::ostream& stream) const override;
 

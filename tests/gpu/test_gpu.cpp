@@ -112,8 +112,7 @@ TEST(Gpu, CpuOffloadWithPinnedMemoryMatchesPlainTraining) {
   cuda_parity(FullyShardOptions().offload(OffloadPolicy().offload_params(true)), 1e-5, "offload");
   models::GPT gpt(tiny_gpt_config(true));
   gpt->to(at::kCUDA);
-  auto model = fully_shard(gpt, FullyShardOptions()
-                                    .process_group(nccl_world())
+  auto model = fully_shard(gpt, FullyShardOptions(nccl_world())
                                     .offload(OffloadPolicy().offload_params(true)));
   for (const auto& p : model->parameters()) {
     EXPECT_TRUE(p.device().is_cpu()) << "offloaded shards live on the host";

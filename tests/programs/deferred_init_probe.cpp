@@ -51,7 +51,7 @@ int main() {
     fsdp::testing::ResettableNet local(/*units=*/true);
     fsdp::defer_init(*local);
     at::manual_seed(kSeed);
-    auto model = fsdp::fully_shard(local, fsdp::FullyShardOptions().process_group(group));
+    auto model = fsdp::fully_shard(local, fsdp::FullyShardOptions(group));
 
     at::manual_seed(kSeed);
     fsdp::testing::ResettableNet eager(/*units=*/false);

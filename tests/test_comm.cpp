@@ -387,6 +387,11 @@ TEST(CommFaults, RankThatSkipsACollectiveFailsItsPeersWithinTheTimeout) {
     auto work = ctx.group->reduce_scatter(out, at::ones({12}, at::kFloat), ReduceOp::kSum);
     EXPECT_THROWS_WITH(work->wait(), "fsdp: reduce_scatter on group 'world' (rank " +
                                          std::to_string(ctx.rank) + " of 3) failed: ");
+    // The error names the peer it waited for: rank 1 hears nothing from rank
+    // 0; rank 2 hears rank 1's first message, then waits for what rank 1
+    // never got from rank 0.
+    EXPECT_THROWS_WITH(work->wait(), "failed: receiving from rank " +
+                                         std::to_string(ctx.rank - 1) + " (timeout 2000 ms)");
     EXPECT_LT(std::chrono::steady_clock::now() - start, timeout + std::chrono::seconds(5));
     // The failure is sticky: later collectives fail at once with the first error.
     auto t = at::ones({4}, at::kFloat);
@@ -396,6 +401,21 @@ TEST(CommFaults, RankThatSkipsACollectiveFailsItsPeersWithinTheTimeout) {
     static std::atomic<int> finished{0};
     if (++finished == 2) peers_done = true;
   }, options);
+}
+
+// Issue #13, point 3: the timeout's default comes from FSDP_COMM_TIMEOUT
+// (fsdp-run --timeout sets it), and a bad value is named.
+TEST(CommTimeout, DefaultComesFromTheEnvironmentAndBadValuesAreNamed) {
+  unsetenv("FSDP_COMM_TIMEOUT");
+  EXPECT_EQ(GroupOptions().timeout, std::chrono::minutes(5));
+  setenv("FSDP_COMM_TIMEOUT", "2.5", 1);
+  EXPECT_EQ(GroupOptions().timeout, std::chrono::milliseconds(2500));
+  for (const char* bad : {"soon", "0", "-3", "1e9", "5s"}) {
+    setenv("FSDP_COMM_TIMEOUT", bad, 1);
+    EXPECT_THROWS_WITH(GroupOptions(), std::string("fsdp: FSDP_COMM_TIMEOUT='") + bad +
+                                           "' is not a number of seconds in (0, 86400]");
+  }
+  unsetenv("FSDP_COMM_TIMEOUT");
 }
 
 TEST(CommFaults, PeerThatNeverJoinsFailsGroupCreation) {

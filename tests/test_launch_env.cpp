@@ -3,12 +3,17 @@
 // TCPStore, collectives, and a rank that dies.
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <optional>
 
 #include "fsdp/comm/launch_env.h"
+#include "fsdp/comm/process_group.h"
 #include "harness/assertions.h"
 #include "harness/multiprocess.h"
 
@@ -180,6 +185,55 @@ TEST(MultiProcess, DeadRankMakesThePeersFailNotHang) {
   EXPECT_NE(results[0].output.find("fsdp: all_gather on group 'world' (rank 0 of 2) failed: "),
             std::string::npos)
       << describe(results);
+}
+
+// Issue #13, points 1 and 2 ([Note: a deadline on every rendezvous wait]).
+// A node that never starts: rank 0 says every few seconds whom it waits for,
+// then fails once within the timeout, naming the missing ranks and node.
+TEST(Rendezvous, MissingNodeIsNamedWhileWaitingAndAtTheTimeout) {
+  ScopedLaunchEnv env({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"},
+                       {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                       {"MASTER_PORT", std::to_string(testing::free_tcp_port())}});
+  GroupOptions options;
+  options.timeout = std::chrono::seconds(3);
+  // Only rank 0 starts: rank 1 (its own node) and ranks 2 and 3 (node 1)
+  // never come.
+  ::testing::internal::CaptureStderr();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROWS_WITH(init_process_group_from_env(options),
+                     "ranks 1, 2, 3 (node_rank 0, 1) never reached the rendezvous at 127.0.0.1:");
+  const auto took = std::chrono::steady_clock::now() - start;
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_LT(took, options.timeout + std::chrono::seconds(5));
+  EXPECT_NE(err.find("fsdp: waiting for ranks 1, 2, 3 (node_rank 0, 1) at 127.0.0.1:"),
+            std::string::npos)
+      << err;
+}
+
+// A rendezvous server that accepted the connection and never answers (rank 0
+// stopped as its store began listening) used to block the others forever.
+TEST(Rendezvous, AServerThatNeverAnswersFailsWithinTheTimeout) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);  // the kernel accepts; nobody ever answers
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ScopedLaunchEnv env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
+                       {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                       {"MASTER_PORT", std::to_string(ntohs(addr.sin_port))}});
+  GroupOptions options;
+  options.timeout = std::chrono::seconds(2);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROWS_WITH(init_process_group_from_env(options), "fsdp: rank 1 of 2");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, options.timeout + std::chrono::seconds(5));
+  // The listener stays open until the process ends: closing it would reset
+  // the abandoned rendezvous connection, and LibTorch 1.13's TCPStore client
+  // thread ends the process on a reset (std::terminate), as it does for any
+  // rank whose rendezvous server dies.
 }
 
 }  // namespace

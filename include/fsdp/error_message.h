@@ -8,7 +8,10 @@
 
 namespace fsdp {
 
-// e.what(), without the C++ backtrace that c10::Error::what() appends.
+// e.what(), without the C++ backtrace that c10::Error::what() appends, and
+// without any backtrace a library embedded in the text of a message it
+// rethrew ("Exception raised from ...", "frame #N: ..." lines): a user never
+// sees one.
 std::string error_message(const std::exception& e);
 
 // The message of the exception being handled (call inside a catch block).

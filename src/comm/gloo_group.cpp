@@ -81,7 +81,8 @@ GlooGroup::GlooGroup(c10::intrusive_ptr<c10d::Store> store, std::string key_pref
 GlooGroup::~GlooGroup() = default;
 
 RingPeers GlooGroup::peers() {
-  return RingPeers{*gloo_, rank(), size(), options().timeout, options().ring_segment_bytes};
+  return RingPeers{*gloo_, rank(), size(), global_ranks(), options().timeout,
+                   options().ring_segment_bytes};
 }
 
 int GlooGroup::take_tags(int count) {

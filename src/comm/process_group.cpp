@@ -5,14 +5,13 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <numeric>
 
 #include "comm/backends.h"
 #include "comm/gloo_address.h"
-#include "compat.h"
+#include "comm/rendezvous_store.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/error_message.h"
 
@@ -60,23 +59,8 @@ ProcessGroupPtr make_process_group(const c10::intrusive_ptr<c10d::Store>& store,
 
 ProcessGroupPtr init_process_group_from_env(GroupOptions options) {
   const LaunchEnv env = read_launch_env();
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0;
-  store_options.numWorkers = static_cast<std::size_t>(env.world_size);
-  store_options.waitWorkers = true;
-  store_options.timeout = options.timeout;
-  // No libuv in Debian's 2.6. See [Note: the TCPStore server libfsdp asks for].
-  compat::use_classic_tcpstore_server(store_options);
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size, " (", env.source,
-                " environment) could not ", env.rank == 0 ? "serve" : "reach",
-                " the rendezvous store at MASTER_ADDR:MASTER_PORT = ", env.master_addr, ":",
-                env.master_port, " within ", options.timeout.count(), " ms: ", error_message(e));
-  }
+  // [Note: a deadline on every rendezvous wait]
+  c10::intrusive_ptr<c10d::Store> store = comm::join_rendezvous(env, options.timeout);
   // 127.0.0.1 is unreachable from other hosts. See [Note: the address Gloo binds to].
   options.hostname = comm::gloo_hostname_for_job(options.hostname, env.master_addr,
                                                  env.master_port);

@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <string>
+
+#include "fsdp/error_message.h"
 
 namespace fsdp::comm {
 namespace {
@@ -59,9 +62,31 @@ class Transfers {
     std::vector<at::Tensor> tensors{t};
     return peers_.backend.recv(tensors, mod(peers_.rank - 1, peers_.size), tag);
   }
-  void wait(const c10::intrusive_ptr<c10d::Work>& work) { work->wait(peers_.timeout); }
+  // A failure or timeout names the peer this rank was waiting for: in a
+  // ring, the rank that stopped (or the first rank after it) is the one a
+  // survivor's receive never heard from.
+  void wait_recv(const c10::intrusive_ptr<c10d::Work>& work) {
+    wait(work, "receiving from", mod(peers_.rank - 1, peers_.size));
+  }
+  void wait_send(const c10::intrusive_ptr<c10d::Work>& work) {
+    wait(work, "sending to", mod(peers_.rank + 1, peers_.size));
+  }
 
  private:
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* direction, int peer) {
+    try {
+      work->wait(peers_.timeout);
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, direction, " rank ", peer, describe_global(peer), " (timeout ",
+                  peers_.timeout.count(), " ms): ", error_message(e), ". Check that rank ", peer,
+                  " is alive and runs the same collectives in the same order");
+    }
+  }
+  std::string describe_global(int peer) const {
+    const int global = peers_.global_ranks[static_cast<size_t>(peer)];
+    return global == peer ? "" : " (global rank " + std::to_string(global) + ")";
+  }
+
   const RingPeers& peers_;
 };
 
@@ -116,14 +141,14 @@ void ring_all_gather(const RingPeers& peers, const std::vector<at::Tensor>& chun
   for (int s = 0; s + 1 < n; ++s) {
     for (int j = 0; j < m; ++j) {
       if (!recvs[s * m + j]) continue;
-      io.wait(recvs[s * m + j]);
+      io.wait_recv(recvs[s * m + j]);
       // What arrived at step s is what goes out at step s+1.
       if (s + 2 < n) {
         sends.push_back(io.send(segment(chunks[mod(r - s - 1, n)], j, m), tag + (s + 1) * m + j));
       }
     }
   }
-  for (auto& w : sends) io.wait(w);
+  for (auto& w : sends) io.wait_send(w);
 }
 
 void ring_reduce_scatter(const RingPeers& peers, const std::vector<at::Tensor>& chunks,
@@ -162,7 +187,7 @@ void ring_reduce_scatter(const RingPeers& peers, const std::vector<at::Tensor>& 
       const int next_tag = tag + (s + 1) * m + j;
       auto acc = segment(chunks[recv_index(s)], j, m);
       if (acc.numel() > 0) {
-        io.wait(recvs[j]);
+        io.wait_recv(recvs[j]);
         // The last step completes chunks[r]: write it where the caller wants it.
         const bool last = s + 2 == n && result.defined();
         reduce_into(last ? segment(result, j, m) : acc, acc, slot_for(acc, j), op);
@@ -176,7 +201,7 @@ void ring_reduce_scatter(const RingPeers& peers, const std::vector<at::Tensor>& 
       }
     }
   }
-  for (auto& w : sends) io.wait(w);
+  for (auto& w : sends) io.wait_send(w);
 }
 
 }  // namespace fsdp::comm

@@ -41,6 +41,7 @@ struct RingPeers {
   compat::C10dBackend& backend;  // has send/recv (ProcessGroupGloo)
   int rank;
   int size;
+  const std::vector<int>& global_ranks;  // of the group's ranks, for error messages
   std::chrono::milliseconds timeout;
   int64_t segment_bytes;  // target size of one pipelined message; see the note
 };

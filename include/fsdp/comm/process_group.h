@@ -35,9 +35,16 @@ enum class CommBackend { kGloo, kNccl };
 const char* to_string(ReduceOp op);
 const char* to_string(CommBackend backend);
 
+// The default of GroupOptions::timeout: FSDP_COMM_TIMEOUT seconds when that
+// environment variable is set (fsdp-run --timeout sets it for its workers),
+// else 5 minutes. Throws c10::Error naming a value that is not a number of
+// seconds in (0, 86400].
+std::chrono::milliseconds default_comm_timeout();
+
 struct GroupOptions {
-  // How long any collective may wait for its peers before it fails.
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // How long rendezvous, group creation and any collective may wait for
+  // peers before failing with an error that names the missing peer.
+  std::chrono::milliseconds timeout = default_comm_timeout();
   // kGloo for CPU tensors; kNccl for CUDA tensors (needs a CUDA build).
   CommBackend backend = CommBackend::kGloo;
   // Shown in error messages, e.g. "world" or "shard[0]".
@@ -131,7 +138,7 @@ ProcessGroupPtr init_process_group_from_env(GroupOptions options = {});
 // A group of one rank, this process alone: training or testing without a
 // launcher, or a step that needs no peers. Its collectives are local copies.
 //   auto world = fsdp::make_single_process_group();
-//   auto model = fsdp::fully_shard(Net(), fsdp::FullyShardOptions().process_group(world));
+//   auto model = fsdp::fully_shard(Net(), fsdp::FullyShardOptions(world));
 ProcessGroupPtr make_single_process_group(GroupOptions options = {});
 
 // A 2-D mesh for hybrid sharding: ranks are laid out as replicate x shard,

@@ -75,6 +75,21 @@ TEST(Launcher, DefaultsAreOneLocalWorkerOnLocalhost29500) {
   EXPECT_EQ(lines_of(r.out).size(), 1u) << r.describe();
 }
 
+// Issue #13, point 3: the communication timeout is a launcher flag, passed to
+// the workers as FSDP_COMM_TIMEOUT (read by GroupOptions' default).
+TEST(Launcher, TimeoutIsExportedToEveryWorkerAndOtherwiseInherited) {
+  Result set = run_launcher({"--nproc-per-node", "2", "--timeout", "42.5", "--", kProbe,
+                             "--print-var", "FSDP_COMM_TIMEOUT"},
+                            {"FSDP_COMM_TIMEOUT=7"});
+  ASSERT_TRUE(set.exited_with(0)) << set.describe();
+  for (const char* line : {"[rank 0] var FSDP_COMM_TIMEOUT=42.5", "[rank 1] var FSDP_COMM_TIMEOUT=42.5"}) {
+    EXPECT_TRUE(contains(set.out, line)) << set.describe();
+  }
+  Result inherited = run_launcher({"--", kProbe, "--print-var", "FSDP_COMM_TIMEOUT"},
+                                  {"FSDP_COMM_TIMEOUT=7"});
+  EXPECT_TRUE(contains(inherited.out, "[rank 0] var FSDP_COMM_TIMEOUT=7")) << inherited.describe();
+}
+
 TEST(Launcher, StandalonePicksAFreeLocalPortSharedByAllRanks) {
   Result r = run_launcher({"--standalone", "--nproc-per-node", "2", "--", kProbe, "--print-env"});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
@@ -173,6 +188,10 @@ TEST(Launcher, BadInputIsRejectedWithExitCode2AndTheFix) {
        "fsdp-run: --master-port must be a TCP port from 1 to 65535, got '0'"},
       {{"--master-port", "65536", "--", kProbe}, "got '65536'"},
       {{"--grace-period", "soon", "--", kProbe}, "--grace-period must be a number of seconds"},
+      {{"--timeout", "0", "--", kProbe},
+       "fsdp-run: --timeout must be a number of seconds greater than 0 and at most 86400, got "
+       "'0' (e.g. --timeout 600)"},
+      {{"--timeout", "1e9", "--", kProbe}, "--timeout must be a number of seconds"},
       {{"--nnodes", "1:4", "--", kProbe}, "fsdp-run has no elastic mode"},
       {{"--nproc-per-node", "2", "--"}, "fsdp-run: no program to run; give it after '--'"},
       {{"--nproc-per-node", "2"}, "fsdp-run: no program to run"},
@@ -240,6 +259,7 @@ TEST(Launcher, HelpDocumentsEveryFlagWithItsDefault) {
        {"--nproc-per-node,--nproc_per_node N=1", "--nnodes N=1", "--node-rank,--node_rank R=0",
         "--master-addr,--master_addr HOST=127.0.0.1", "--master-port,--master_port PORT=29500",
         "--standalone", "--no-prefix", "--grace-period,--grace_period SECONDS=5",
+        "--timeout SECONDS", "FSDP_COMM_TIMEOUT",
         "-- PROGRAM [ARGS...]", "[rank R]", "mpirun", "srun", "--nnodes 2 --node-rank 1"}) {
     EXPECT_TRUE(contains(r.out, text)) << "help lacks '" << text << "'\n" << r.out;
   }

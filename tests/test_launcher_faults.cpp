@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/child_process.h"
@@ -43,6 +44,13 @@ bool all_files_exist(const TempDir& dir, const std::string& kind, int n) {
     if (!file_exists(dir / (kind + "." + std::to_string(r)))) return false;
   }
   return true;
+}
+
+// Whether `pid` is stopped by a signal: state 'T' in /proc/<pid>/stat.
+bool is_stopped(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
 }
 
 // ---- failures ---------------------------------------------------------------
@@ -80,6 +88,44 @@ TEST(Launcher, WorkerKilledBySignalIsNamedWithTheSignal) {
                                   "worker(s)"))
       << r.describe();
   expect_all_gone(pids, "rank");
+}
+
+// Issue #13, point 1 ([Note: a stopped worker]): a worker stopped by a signal
+// makes no progress and never exits. fsdp-run names it and ends the job
+// within the timeout plus the grace period.
+TEST(Launcher, WorkerStoppedLongerThanTheTimeoutIsNamedAndTheJobEnds) {
+  TempDir dir("fsdp-launcher");
+  const auto start = std::chrono::steady_clock::now();
+  Launch launch(dir, {"--nproc-per-node", "2", "--timeout", "2", "--", kProbe, "--dir",
+                      dir.path(), "--write-pid", "--wait-all", "2", "--sigstop-rank", "1",
+                      "--sleep", "60"});
+  Result r = launch.wait(kStopLimit);
+  ASSERT_TRUE(r.finished) << r.describe();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s + 5s + 2s) << r.describe();
+  EXPECT_TRUE(r.exited_with(1)) << r.describe();
+  std::vector<pid_t> pids = read_pids(dir, "pid", 2);
+  EXPECT_TRUE(contains(r.err, "fsdp-run: rank 1 (pid " + std::to_string(pids[1]) +
+                                  ") has been stopped by a signal for 2 s, longer than the "
+                                  "timeout (--timeout or FSDP_COMM_TIMEOUT); killed it"))
+      << r.describe();
+  expect_all_gone(pids, "rank");
+}
+
+// A worker continued before the timeout is left alone.
+TEST(Launcher, WorkerContinuedInTimeIsLeftAlone) {
+  TempDir dir("fsdp-launcher");
+  Launch launch(dir, {"--nproc-per-node", "2", "--timeout", "30", "--", kProbe, "--dir",
+                      dir.path(), "--write-pid", "--wait-all", "2", "--sigstop-rank", "1",
+                      "--sleep", "0.2"});
+  ASSERT_TRUE(wait_until([&] { return all_files_exist(dir, "pid", 2); }, kStopLimit));
+  const pid_t stopped = read_pids(dir, "pid", 2)[1];
+  ASSERT_TRUE(wait_until([&] { return is_stopped(stopped); }, kStopLimit));
+  std::this_thread::sleep_for(500ms);
+  ASSERT_EQ(::kill(stopped, SIGCONT), 0);
+  Result r = launch.wait(kStopLimit);
+  ASSERT_TRUE(r.finished) << r.describe();
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_FALSE(contains(r.err, "stopped by a signal")) << r.describe();
 }
 
 TEST(Launcher, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {

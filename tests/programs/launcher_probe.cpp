@@ -11,12 +11,14 @@
 //                      after --trap it marks D/childterm.<RANK> / D/childint.<RANK>
 //   --wait-all N       wait (at most 30 s) until D/pid.0 .. D/pid.<N-1> exist
 //   --print-env        stdout: "env RANK=.. WORLD_SIZE=.. ..."; stderr: "stderr-line rank=R"
+//   --print-var NAME   stdout: "var NAME=<value, or unset>"
 //   --lines N          N lines "line <RANK> <i>", each written in two pieces
 //   --long-line N      one line of N 'x' bytes, then '\n', on stdout
 //   --write-cr         "step 1\rstep 2\r\n" on stdout
 //   --write-partial    "partial line from <RANK>" with no newline, on stdout
 //   --exit-rank R C    if RANK == R: exit with code C
 //   --sigkill-rank R   if RANK == R: SIGKILL ourselves
+//   --sigstop-rank R   if RANK == R: SIGSTOP ourselves (until continued)
 //   --sleep S          sleep S seconds, then exit 0
 
 #include <fcntl.h>
@@ -160,6 +162,9 @@ int main(int argc, char** argv) {
           env_or("GROUP_WORLD_SIZE", "unset").c_str(), env_or("MASTER_ADDR", "unset").c_str(),
           env_or("MASTER_PORT", "unset").c_str(), env_or("FSDP_PROBE_INHERIT", "unset").c_str());
       std::fprintf(stderr, "stderr-line rank=%s\n", g_rank.c_str());
+    } else if (arg == "--print-var") {
+      const std::string name = next();
+      std::printf("var %s=%s\n", name.c_str(), env_or(name.c_str(), "unset").c_str());
     } else if (arg == "--lines") {
       int n = std::atoi(next().c_str());
       for (int k = 0; k < n; ++k) {
@@ -178,6 +183,8 @@ int main(int argc, char** argv) {
       if (rank == g_rank) return code;
     } else if (arg == "--sigkill-rank") {
       if (next() == g_rank) raise(SIGKILL);
+    } else if (arg == "--sigstop-rank") {
+      if (next() == g_rank) raise(SIGSTOP);
     } else if (arg == "--sleep") {
       sleep_seconds(std::atof(next().c_str()));
     } else {

@@ -96,6 +96,7 @@ struct RawFlags {
   std::string master_addr = "127.0.0.1";
   std::string master_port = "29500";
   std::string grace_period = "5";
+  std::string timeout;  // "" = FSDP_COMM_TIMEOUT as inherited, or the library's 300 s
   bool standalone = false;
   bool no_prefix = false;
 };
@@ -133,6 +134,27 @@ std::string convert_layout(const RawFlags& raw, LaunchOptions& opts) {
   opts.nproc_per_node = static_cast<int>(*nproc);
   opts.nnodes = static_cast<int>(*nnodes);
   opts.node_rank = static_cast<int>(*node_rank);
+  return "";
+}
+
+// The workers' communication timeout. See [Note: one timeout, set from the
+// launcher] in src/comm/comm_timeout.cpp.
+std::string convert_timeout(const RawFlags& raw, LaunchOptions& opts) {
+  if (raw.timeout.empty()) {
+    // The workers' timeout, inherited: the same bound applies to a stopped worker.
+    const char* inherited = std::getenv("FSDP_COMM_TIMEOUT");
+    auto seconds = to_seconds(inherited ? inherited : "");
+    if (seconds && *seconds > 0) opts.stall_timeout_s = *seconds;
+    return "";
+  }
+  auto timeout = to_seconds(raw.timeout);
+  if (!timeout || *timeout <= 0) {
+    return fmt::format("--timeout must be a number of seconds greater than 0 and at most 86400, "
+                       "got '{}' (e.g. --timeout 600)",
+                       raw.timeout);
+  }
+  opts.comm_timeout_s = raw.timeout;
+  opts.stall_timeout_s = *timeout;
   return "";
 }
 
@@ -182,6 +204,7 @@ std::string check_standalone(const CLI::App& app, int nnodes) {
 std::string convert(const RawFlags& raw, const CLI::App& app, LaunchOptions& opts) {
   std::string error = convert_layout(raw, opts);
   if (error.empty()) error = convert_rendezvous_and_grace(raw, opts);
+  if (error.empty()) error = convert_timeout(raw, opts);
   if (error.empty() && raw.standalone) error = check_standalone(app, opts.nnodes);
   opts.standalone = raw.standalone;
   opts.prefix_output = !raw.no_prefix;
@@ -219,6 +242,11 @@ void add_launcher_flags(CLI::App& app, RawFlags& raw) {
                  "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->type_name("SECONDS")
       ->capture_default_str();
+  app.add_option("--timeout", raw.timeout,
+                 "Seconds a worker's rendezvous, group creation or collective may wait for a "
+                 "peer before it fails naming that peer; exported as FSDP_COMM_TIMEOUT "
+                 "(default: FSDP_COMM_TIMEOUT if set, else 300)")
+      ->type_name("SECONDS");
 }
 
 // argv split at the first "--" ourselves: everything after it belongs to

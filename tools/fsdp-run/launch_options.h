@@ -18,6 +18,8 @@ struct LaunchOptions {
   bool standalone = false;      // single node, free port picked on localhost
   bool prefix_output = true;    // "[rank R] " before every output line
   double grace_period_s = 5.0;  // SIGTERM -> SIGKILL delay, seconds, >= 0
+  std::string comm_timeout_s;   // --timeout, exported as FSDP_COMM_TIMEOUT; "" = inherit
+  double stall_timeout_s = 300;  // --timeout, else FSDP_COMM_TIMEOUT, else 300
   std::vector<std::string> command;  // program, then its arguments
 
   int world_size() const { return nnodes * nproc_per_node; }

@@ -37,7 +37,8 @@ void SignalPipe::install() {
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  // SIGCHLD for stops and continues too: see [Note: a stopped worker].
+  action.sa_flags = SA_RESTART;
   for (int signo : kCaught) sigaction(signo, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
 }

@@ -70,6 +70,7 @@ struct Worker {
   WorkerPlace place;
   pid_t pid = -1;  // also its process group id
   bool running = false;
+  std::optional<Clock::time_point> stopped_since;  // while stopped by a signal
   bool start_failed = false;  // reported at spawn; its exit is not news
   OutputStream out, err;
 };
@@ -92,6 +93,7 @@ class Supervisor {
       }
       wait_for_events();
       for (int signo : SignalPipe::drain()) on_signal(signo);
+      stop_stalled_workers();
       if (stopping_ && !sigkill_sent_ && Clock::now() >= kill_deadline_) on_grace_expired();
     }
     for (Worker& w : workers_) {
@@ -157,8 +159,8 @@ class Supervisor {
   }
 
   int poll_timeout_ms() const {
-    std::optional<Clock::time_point> next;
-    if (stopping_ && !sigkill_sent_) next = kill_deadline_;
+    std::optional<Clock::time_point> next = earliest_stall_deadline();
+    if (stopping_ && !sigkill_sent_ && (!next || kill_deadline_ < *next)) next = kill_deadline_;
     if (drain_deadline_ && (!next || *drain_deadline_ < *next)) next = drain_deadline_;
     if (!next) return -1;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
@@ -215,6 +217,7 @@ class Supervisor {
   // ---- signals and exits ----------------------------------------------------
   void on_signal(int signo) {
     if (signo == SIGCHLD) {
+      note_stops_and_continues();
       reap_exited();
       return;
     }
@@ -228,6 +231,58 @@ class Supervisor {
       say(fmt::format("got {} again; sending SIGKILL to {} worker(s)", signal_name(signo), alive));
       kill_running(SIGKILL);
       sigkill_sent_ = true;
+    }
+  }
+
+  // [Note: a stopped worker]
+  // A worker stopped by a signal (SIGSTOP, or SIGTSTP/SIGTTIN with no one to
+  // continue it) makes no progress and never exits: its peers wait in a
+  // collective or in the rendezvous until their own timeouts, and a peer
+  // stuck where there is none (TCPStore's waits) waits forever. The kernel
+  // tells the parent about stops (SIGCHLD, waitid WSTOPPED), so fsdp-run
+  // watches its workers directly, for any program and with no heartbeat to
+  // send: one stopped for longer than the communication timeout (--timeout,
+  // else FSDP_COMM_TIMEOUT, else 300 s) is named and SIGKILLed, and the job
+  // is stopped as for a failed worker. A worker continued in time is left
+  // alone; a worker that is alive but stuck is its peers' timeouts' to find.
+  void note_stops_and_continues() {
+    while (true) {
+      siginfo_t info{};
+      if (waitid(P_ALL, 0, &info, WSTOPPED | WCONTINUED | WNOHANG) != 0) return;  // ECHILD
+      if (info.si_pid == 0) return;
+      Worker* w = find_worker(info.si_pid);
+      if (w == nullptr) continue;
+      if (info.si_code == CLD_STOPPED) w->stopped_since = Clock::now();
+      if (info.si_code == CLD_CONTINUED) w->stopped_since.reset();
+    }
+  }
+
+  Clock::duration stall_timeout() const {
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(opts_.stall_timeout_s));
+  }
+
+  std::optional<Clock::time_point> earliest_stall_deadline() const {
+    std::optional<Clock::time_point> earliest;
+    for (const Worker& w : workers_) {
+      if (!w.running || !w.stopped_since) continue;
+      const auto deadline = *w.stopped_since + stall_timeout();
+      if (!earliest || deadline < *earliest) earliest = deadline;
+    }
+    return earliest;
+  }
+
+  void stop_stalled_workers() {
+    for (Worker& w : workers_) {
+      if (!w.running || !w.stopped_since || Clock::now() < *w.stopped_since + stall_timeout()) {
+        continue;
+      }
+      w.stopped_since.reset();
+      kill(-w.pid, SIGKILL);  // a stopped process acts on nothing gentler
+      fail(fmt::format("rank {} (pid {}) has been stopped by a signal for {} s, longer than the "
+                       "timeout (--timeout or FSDP_COMM_TIMEOUT); killed it",
+                       w.place.rank, w.pid, opts_.stall_timeout_s),
+           1);
     }
   }
 

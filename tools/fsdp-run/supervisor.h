@@ -12,6 +12,8 @@
 //   worker's group, then SIGKILL after the grace period; a second signal sends
 //   SIGKILL at once. fsdp-run then dies from the signal it got, as a shell
 //   expects of an interrupted command.
+// - A worker stopped (SIGSTOP, SIGTSTP...) for longer than the communication
+//   timeout: see [Note: a stopped worker] in supervisor.cpp.
 // - Whenever a worker exits, whatever is left in its process group is
 //   SIGKILLed (its leftover children are orphans of a finished rank). The
 //   group is killed while the worker is still an unreaped zombie, so the

@@ -20,7 +20,7 @@ WorkerPlace place_of(const LaunchOptions& opts, int local_rank) {
 
 std::vector<std::string> worker_environment(const LaunchOptions& opts, const WorkerPlace& place,
                                             char** base) {
-  const std::vector<std::pair<std::string, std::string>> ours = {
+  std::vector<std::pair<std::string, std::string>> ours = {
       {"RANK", std::to_string(place.rank)},
       {"WORLD_SIZE", std::to_string(opts.world_size())},
       {"LOCAL_RANK", std::to_string(place.local_rank)},
@@ -31,6 +31,7 @@ std::vector<std::string> worker_environment(const LaunchOptions& opts, const Wor
       {"MASTER_ADDR", opts.master_addr},
       {"MASTER_PORT", std::to_string(opts.master_port)},
   };
+  if (!opts.comm_timeout_s.empty()) ours.emplace_back("FSDP_COMM_TIMEOUT", opts.comm_timeout_s);
   auto is_ours = [&](std::string_view entry) {
     for (const auto& [name, value] : ours) {
       if (entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 &&

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <rapidjson/document.h>
@@ -253,6 +254,36 @@ TEST(CheckpointIndex, JsonRoundTripAndValidation) {
                      "field 'extras' is not an object (it is an array)");
 }
 
+// Issue #13, points 6 and 7: every field read from disk is range- and
+// overflow-checked, so a damaged index is an error, never a resumed run with a
+// negative step or a wrapped size that passes the other checks.
+TEST(CheckpointIndex, FieldsFromDiskAreRangeAndOverflowChecked) {
+  fsdp::ckpt::Index index;
+  index.checksum_block_bytes = 16;
+  index.files = {{"rank-00000-of-00001.safetensors", 0, 100}};
+  index.tensors.push_back({"s", {}, at::kLong, {{0, "s@0", 0, 1, 88, {7}}}});
+  index.validate("idx");
+
+  auto negative_step = index;
+  negative_step.step = -5;
+  EXPECT_THROWS_WITH(fsdp::ckpt::Index::from_json(negative_step.to_json(), "idx"),
+                     "idx: step must be >= 0, got -5");
+  auto huge = index;
+  huge.tensors[0].shape = {16384, (int64_t{1} << 50) + 1};
+  EXPECT_THROWS_WITH(huge.validate("idx"),
+                     "tensor 's' of shape [16384, 1125899906842625]: its element count overflows "
+                     "int64");
+  auto huge_bytes = index;
+  huge_bytes.tensors[0].shape = {int64_t{1} << 61};
+  EXPECT_THROWS_WITH(huge_bytes.validate("idx"), "tensor 's': its byte size overflows int64");
+  auto past_end = index;
+  past_end.tensors[0].pieces[0].flat_end = int64_t{1} << 62;
+  EXPECT_THROWS_WITH(past_end.validate("idx"), "has 1 elements but a piece ends at");
+  auto negative_size = index;
+  negative_size.files[0].bytes = -1;
+  EXPECT_THROWS_WITH(negative_size.validate("idx"), "has a negative size -1");
+}
+
 TEST(CheckpointReader, ReadsArbitraryRangesAcrossPieces) {
   TempDir tmp;
   const Sample s = sample_model();
@@ -361,15 +392,48 @@ TEST(CheckpointReader, TruncationIsNamed) {
   const std::string file = dir + "/rank-00001-of-00002.safetensors";
   // The last tensor in rank 1's file is "ids" ([15, 29) of 29 int64s).
   fs::resize_file(file, fs::file_size(file) - 20);
-  EXPECT_THROWS_WITH(reader.read("ids", 20, 5), "checkpoint data file '" + file + "' is truncated: tensor 'ids'");
+  // The file is checked against the index when first opened, so a load
+  // refuses it as verify does ([Note: every byte of a rank file is checked]).
+  EXPECT_THROWS_WITH(reader.read("ids", 20, 5), "checkpoint data file '" + file +
+                                                    "' holding tensor 'ids' has ");
+  EXPECT_THROWS_WITH(reader.read("ids", 20, 5), "(truncated)");
   EXPECT_TRUE(at::equal(reader.read("ids", 0, 15), s.get("ids").slice(0, 0, 15)));  // rank 0's part is fine
-  EXPECT_THROWS_WITH(reader.verify_all(), "is truncated: tensor 'ids'");
+  EXPECT_THROWS_WITH(reader.verify_all(), "checkpoint data file '" + file + "' has ");
   EXPECT_THROWS_WITH(reader.verify_all(), "(truncated)");
 
   fs::remove(file);
   const Reader again = Reader::open(dir);
   EXPECT_THROWS_WITH(again.read_full("embed.weight"),
                      "checkpoint data file '" + file + "' holding tensor 'embed.weight' cannot be opened");
+}
+
+// Issue #13, point 5: the header and its length are checksummed too, and
+// appended bytes are refused by a load as by verify.
+TEST(CheckpointReader, ADamagedHeaderOrAppendedBytesFailVerifyAndLoadAlike) {
+  const Sample s = sample_model();
+  const auto damage_and_check = [&](const std::function<void(const std::string&)>& damage,
+                                    const std::string& expected) {
+    SCOPED_TRACE(expected);
+    TempDir tmp;
+    const std::string dir = tmp / "ckpt";
+    fsdp::ckpt::save_local(dir, shard_like_fsdp(s.sharded, s.replicated, 2));
+    ASSERT_TRUE(Reader::open(dir).index().files[1].header_checksum.has_value());
+    const std::string file = dir + "/rank-00001-of-00002.safetensors";
+    damage(file);
+    const Reader reader = Reader::open(dir);
+    EXPECT_THROWS_WITH(reader.verify_all(), "checkpoint data file '" + file + "' ");
+    EXPECT_THROWS_WITH(reader.verify_all(), expected);
+    EXPECT_THROWS_WITH(reader.read_full("embed.weight"),
+                       "checkpoint data file '" + file + "' holding tensor 'embed.weight' ");
+    EXPECT_THROWS_WITH(reader.read_full("embed.weight"), expected);
+  };
+  // The JSON header's opening '{' (byte 8), then one byte of its length.
+  damage_and_check([](const std::string& f) { flip_byte(f, 8); },
+                   "has a damaged safetensors header (its checksum does not match the index)");
+  damage_and_check([](const std::string& f) { flip_byte(f, 1); },
+                   "has a damaged safetensors header");
+  damage_and_check([](const std::string& f) { std::ofstream(f, std::ios::app) << "tail"; },
+                   "(extra bytes appended)");
 }
 
 TEST(CheckpointReader, MissingIndexSaysTheSaveDidNotComplete) {

@@ -4,7 +4,10 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <array>
@@ -68,8 +71,8 @@ std::vector<std::pair<std::string, at::Tensor>> model() {
           {"optim.step", at::scalar_tensor(77, at::kLong)}};
 }
 
-// Saves model() at world size 3 (even flat splits) with step 77.
-void save_model(const std::string& dir) {
+// Saves model() at world size 3 (even flat splits) at `step`.
+void save_model(const std::string& dir, int64_t step = 77) {
   std::vector<std::vector<TensorPiece>> by_rank(3);
   for (const auto& [name, full] : model()) {
     if (full.dim() == 0) {
@@ -83,7 +86,7 @@ void save_model(const std::string& dir) {
     }
   }
   fsdp::ckpt::SaveOptions options;
-  options.step = 77;
+  options.step = step;
   options.extras_json = R"({"lr": 0.001})";
   fsdp::ckpt::save_local(dir, by_rank, options);
 }
@@ -227,7 +230,102 @@ TEST(FsdpCkptTool, ReshardRewritesForAnotherWorldSize) {
   const ToolRun replaced = fsdp_ckpt("reshard " + tmp / "ws5" + " --world-size 4 --out " + tmp / "ws2 --overwrite");
   ASSERT_EQ(replaced.exit_code, 0) << replaced.output;
   EXPECT_EQ(Reader::open(tmp / "ws2").saved_world_size(), 4);
+  // The range is given with readable bounds (it once printed a 309-digit
+  // number: issue #13, point 13).
   const ToolRun zero = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 0 --out " + tmp / "ws0");
   EXPECT_NE(zero.exit_code, 0);
   EXPECT_TRUE(contains(zero.output, "--world-size")) << zero.output;
+  EXPECT_TRUE(contains(zero.output, "1048576")) << zero.output;  // CLI11 2.1 and 2.4 word it differently
+  EXPECT_LT(zero.output.size(), 400u) << zero.output;
+}
+
+// Issue #13, point 9: no converter may write into the checkpoint it reads,
+// nor replace a directory that holds it; with --overwrite that destroyed it.
+TEST(FsdpCkptTool, AnOutputInsideTheInputIsRefusedAndTheCheckpointSurvives) {
+  TempDir tmp;
+  save_model(tmp / "ckpt");
+  const std::string rank_file = tmp / "ckpt/rank-00000-of-00003.safetensors";
+  ASSERT_TRUE(fs::exists(rank_file));
+  const ToolRun into_rank_file = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + rank_file + " --overwrite");
+  EXPECT_EQ(into_rank_file.exit_code, 1);
+  EXPECT_TRUE(contains(into_rank_file.output, "is inside the checkpoint")) << into_rank_file.output;
+  // The same place spelled another way.
+  const ToolRun dotted = fsdp_ckpt("export " + tmp / "ckpt" + " --out " + tmp / "ckpt/../ckpt/m.pt --overwrite");
+  EXPECT_EQ(dotted.exit_code, 1);
+  EXPECT_TRUE(contains(dotted.output, "is inside the checkpoint")) << dotted.output;
+  const ToolRun onto_itself = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 2 --out " + tmp / "ckpt --overwrite");
+  EXPECT_EQ(onto_itself.exit_code, 1);
+  EXPECT_TRUE(contains(onto_itself.output, "is inside the checkpoint")) << onto_itself.output;
+  fs::create_directories(tmp / "outer");
+  fs::rename(tmp / "ckpt", tmp / "outer/ckpt");
+  const ToolRun over_parent = fsdp_ckpt("reshard " + tmp / "outer/ckpt" + " --world-size 2 --out " + tmp / "outer --overwrite");
+  EXPECT_EQ(over_parent.exit_code, 1);
+  EXPECT_TRUE(contains(over_parent.output, "holds the checkpoint")) << over_parent.output;
+
+  const Reader reader = Reader::open(tmp / "outer/ckpt");
+  reader.verify_all();
+  for (const auto& [name, full] : model()) EXPECT_TRUE(at::equal(reader.read_full(name), full)) << name;
+}
+
+namespace {
+
+// Flips the last byte of `path`: data, covered by a block checksum.
+void corrupt_last_byte(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-1, std::ios::end);
+  char byte = 0;
+  f.read(&byte, 1);
+  f.seekp(-1, std::ios::end);
+  byte = static_cast<char>(byte ^ 0x5a);
+  f.write(&byte, 1);
+}
+
+}  // namespace
+
+// Issue #13, points 14 and 15: given a run dir, fsdp-ckpt works on its
+// newest checkpoint that verifies (as fsdp-train --resume does), verify
+// checks every checkpoint in it, and clean removes what killed saves left.
+TEST(FsdpCkptTool, ARunDirMeansItsNewestCheckpointThatVerifies) {
+  TempDir tmp;
+  const std::string run = tmp / "run";
+  fs::create_directories(run + "/checkpoints");
+  save_model(run + "/checkpoint", 77);
+  save_model(run + "/checkpoints/step-00000080", 80);
+  corrupt_last_byte(run + "/checkpoints/step-00000080/rank-00002-of-00003.safetensors");
+  fs::create_directories(run + "/checkpoints/step-00000090.partial-1-ab");
+  std::ofstream(run + "/checkpoints/step-00000090.partial-1-ab/rank-00000-of-00003.safetensors")
+      << std::string(1000, 'x');
+
+  const ToolRun inspect = fsdp_ckpt("inspect " + run);
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "skipped (did not verify) " + run + "/checkpoints/step-00000080"))
+      << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "using its newest checkpoint that verifies, '" + run +
+                                           "/checkpoint' (step 77)"))
+      << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "step         77")) << inspect.output;
+
+  const ToolRun verify = fsdp_ckpt("verify " + run);
+  EXPECT_EQ(verify.exit_code, 1) << verify.output;
+  EXPECT_TRUE(contains(verify.output, "FAILED: '" + run + "/checkpoints/step-00000080'")) << verify.output;
+  EXPECT_TRUE(contains(verify.output, "verified in '" + run + "/checkpoint'")) << verify.output;
+  EXPECT_TRUE(contains(verify.output, "partial: '" + run + "/checkpoints/step-00000090.partial-1-ab'"))
+      << verify.output;
+  EXPECT_TRUE(contains(verify.output, "1 of 2 checkpoints in run dir")) << verify.output;
+
+  // clean waits for a run that holds the run dir, then removes only partials.
+  const int fd = ::open((run + "/.fsdp-train.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const ToolRun busy = fsdp_ckpt("clean " + run);
+  EXPECT_EQ(busy.exit_code, 1) << busy.output;
+  EXPECT_TRUE(contains(busy.output, "an fsdp-train run is using")) << busy.output;
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000090.partial-1-ab"));
+  ::close(fd);
+  const ToolRun clean = fsdp_ckpt("clean " + run);
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  EXPECT_TRUE(contains(clean.output, "1 partial checkpoint removed")) << clean.output;
+  EXPECT_FALSE(fs::exists(run + "/checkpoints/step-00000090.partial-1-ab"));
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000080")) << "clean removes partials only";
+  EXPECT_EQ(Reader::open(run + "/checkpoint").step(), 77);
 }

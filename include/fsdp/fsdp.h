@@ -19,9 +19,11 @@
 //   fsdp/checkpoint/reader.h   reading a checkpoint on any world size
 //   fsdp/checkpoint/strict_check.h    what a checkpoint holds against what a model expects
 //   fsdp/checkpoint/convert.h  offline consolidate / export / reshard
+//   fsdp/checkpoint/run_dir.h  a run dir's newest verified checkpoint; partial-save cleanup
 
 #include "fsdp/checkpoint/convert.h"
 #include "fsdp/checkpoint/reader.h"
+#include "fsdp/checkpoint/run_dir.h"
 #include "fsdp/checkpoint/save.h"
 #include "fsdp/checkpoint/strict_check.h"
 #include "fsdp/checkpoint/training_state.h"

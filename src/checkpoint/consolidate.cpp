@@ -2,6 +2,7 @@
 #include <c10/util/Exception.h>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/output_outside_input.h"
 #include "checkpoint/safetensors_writer.h"
 #include "fsdp/checkpoint/convert.h"
 #include "fsdp/checkpoint/reader.h"
@@ -9,6 +10,7 @@
 namespace fsdp::ckpt {
 
 void consolidate(const std::string& dir, const std::string& out, bool overwrite) {
+  detail::check_output_outside_input(dir, out, "consolidate");
   const Reader reader = Reader::open(dir);
   AtomicFile file(out, overwrite);
   std::vector<safetensors::Writer::Declared> declared;

@@ -5,12 +5,14 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/output_outside_input.h"
 #include "fsdp/checkpoint/convert.h"
 #include "fsdp/checkpoint/reader.h"
 
 namespace fsdp::ckpt {
 
 void export_torch(const std::string& dir, const std::string& out, bool overwrite) {
+  detail::check_output_outside_input(dir, out, "export");
   const Reader reader = Reader::open(dir);
   AtomicFile file(out, overwrite);  // fails before reading anything if `out` exists
   c10::Dict<std::string, at::Tensor> dict;

@@ -39,8 +39,11 @@ std::string Index::to_json() const {
   w.member("algorithm", "xxh64").member("seed", 0).member("block_bytes", checksum_block_bytes);
   w.end_object();
   w.key("files").begin_array();
-  for (const auto& f : files)
-    w.begin_object().member("name", f.name).member("rank", f.rank).member("bytes", f.bytes).end_object();
+  for (const auto& f : files) {
+    w.begin_object().member("name", f.name).member("rank", f.rank).member("bytes", f.bytes);
+    if (f.header_checksum) w.member("header_xxh64", checksum_to_hex(*f.header_checksum));
+    w.end_object();
+  }
   w.end_array();
   w.key("tensors").begin_array();
   for (const auto& t : tensors) {
@@ -85,6 +88,15 @@ TensorInfo tensor_from_json(const json::Value& jt, const std::string& source) {
   return t;
 }
 
+FileInfo file_from_json(const json::Value& jf, const std::string& where) {
+  FileInfo f{json::string_field(jf, "name", where), json::int_field(jf, "rank", where),
+             json::int64_field(jf, "bytes", where), std::nullopt};
+  if (json::has(jf, "header_xxh64")) {
+    f.header_checksum = checksum_from_hex(json::string_field(jf, "header_xxh64", where), where);
+  }
+  return f;
+}
+
 }  // namespace
 
 Index Index::from_json(const std::string& text, const std::string& source) {
@@ -112,50 +124,90 @@ Index Index::from_json(const std::string& text, const std::string& source) {
               "\"; only xxh64 is supported");
   index.checksum_block_bytes = json::int64_field(checksum, "block_bytes", source + ", checksum");
   for (const auto& jf : json::array_field(j, "files", source).GetArray())
-    index.files.push_back({json::string_field(jf, "name", source + ", a file"),
-                           json::int_field(jf, "rank", source + ", a file"),
-                           json::int64_field(jf, "bytes", source + ", a file")});
+    index.files.push_back(file_from_json(jf, source + ", a file"));
   for (const auto& jt : json::array_field(j, "tensors", source).GetArray())
     index.tensors.push_back(tensor_from_json(jt, source));
   index.validate(source);
   return index;
 }
 
+namespace {
+
+// Shapes and offsets come from a file that may be corrupt or hostile: every
+// product is checked, so a bad index is an error naming it, never a wrapped
+// size that passes the checks below.
+int64_t checked_product(int64_t a, int64_t b, const std::string& what) {
+  int64_t product = 0;
+  TORCH_CHECK(!__builtin_mul_overflow(a, b, &product), "fsdp: ", what, " overflows int64 (", a,
+              " x ", b, "); the index is corrupt");
+  return product;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// The element count of `t`'s shape, checked.
+int64_t checked_numel(const TensorInfo& t, const std::string& source) {
+  const std::string what = source + ": tensor '" + t.name + "' of shape " + shape_text(t.shape);
+  int64_t numel = 1;
+  for (int64_t d : t.shape) {
+    TORCH_CHECK(d >= 0, "fsdp: ", what, " has a negative dimension");
+    numel = checked_product(numel, d, what + ": its element count");
+  }
+  return numel;
+}
+
+// Pieces sorted, in range, tiling [0, numel) exactly, with one checksum per
+// block of each piece's bytes.
+void validate_pieces(const TensorInfo& t, int64_t numel, size_t file_count,
+                     int64_t block_bytes, const std::string& source) {
+  const std::string what = source + ": tensor '" + t.name + "'";
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(t.dtype));
+  checked_product(numel, elem, what + ": its byte size");
+  int64_t covered = 0;
+  for (const auto& p : t.pieces) {
+    TORCH_CHECK(p.file >= 0 && p.file < static_cast<int>(file_count), "fsdp: ", what,
+                " has a piece in file #", p.file, " but only ", file_count, " files are listed");
+    TORCH_CHECK(p.flat_begin < p.flat_end, "fsdp: ", what, " has an empty or reversed piece [",
+                p.flat_begin, ", ", p.flat_end, ")");
+    TORCH_CHECK(p.flat_begin == covered, "fsdp: ", what, " pieces ",
+                p.flat_begin < covered ? "overlap" : "leave a gap", " at element ",
+                std::min(p.flat_begin, covered));
+    TORCH_CHECK(p.flat_end <= numel, "fsdp: ", what, " has ", numel, " elements but a piece ends at ",
+                p.flat_end);
+    TORCH_CHECK(p.byte_offset >= 0, "fsdp: ", what, " has a negative byte_offset");
+    const int64_t nbytes = p.numel() * elem;  // <= numel * elem, checked above
+    const int64_t blocks = (nbytes + block_bytes - 1) / block_bytes;
+    TORCH_CHECK(static_cast<int64_t>(p.block_checksums.size()) == blocks, "fsdp: ", what,
+                " piece [", p.flat_begin, ", ", p.flat_end, ") has ", p.block_checksums.size(),
+                " block checksums, expected ", blocks);
+    covered = p.flat_end;
+  }
+  TORCH_CHECK(covered == numel, "fsdp: ", what, " has ", numel,
+              " elements but its pieces cover only [0, ", covered, ")");
+}
+
+}  // namespace
+
 void Index::validate(const std::string& source) const {
   TORCH_CHECK(world_size >= 1, "fsdp: ", source, ": world_size must be >= 1, got ", world_size);
+  TORCH_CHECK(step >= 0, "fsdp: ", source, ": step must be >= 0, got ", step,
+              "; the index is corrupt");
   TORCH_CHECK(checksum_block_bytes > 0, "fsdp: ", source, ": checksum block_bytes must be positive, got ",
               checksum_block_bytes);
-  std::unordered_set<std::string> names;
   for (const auto& f : files) {
     TORCH_CHECK(!f.name.empty() && f.name.find('/') == std::string::npos && f.name != "..", "fsdp: ", source,
                 ": file name \"", f.name, "\" must be a plain name inside the checkpoint directory");
+    TORCH_CHECK(f.bytes >= 0, "fsdp: ", source, ": file \"", f.name, "\" has a negative size ",
+                f.bytes);
   }
+  std::unordered_set<std::string> names;
   for (const auto& t : tensors) {
     TORCH_CHECK(names.insert(t.name).second, "fsdp: ", source, ": tensor '", t.name, "' is listed twice");
-    for (int64_t d : t.shape)
-      TORCH_CHECK(d >= 0, "fsdp: ", source, ": tensor '", t.name, "' has a negative dimension");
-    const int64_t numel = t.numel();
-    const int64_t elem = static_cast<int64_t>(c10::elementSize(t.dtype));
-    int64_t covered = 0;
-    for (const auto& p : t.pieces) {
-      TORCH_CHECK(p.file >= 0 && p.file < static_cast<int>(files.size()), "fsdp: ", source, ": tensor '",
-                  t.name, "' has a piece in file #", p.file, " but only ", files.size(),
-                  " files are listed");
-      TORCH_CHECK(p.flat_begin < p.flat_end, "fsdp: ", source, ": tensor '", t.name,
-                  "' has an empty or reversed piece [", p.flat_begin, ", ", p.flat_end, ")");
-      TORCH_CHECK(p.flat_begin == covered, "fsdp: ", source, ": tensor '", t.name, "' pieces ",
-                  p.flat_begin < covered ? "overlap" : "leave a gap", " at element ",
-                  std::min(p.flat_begin, covered));
-      TORCH_CHECK(p.byte_offset >= 0, "fsdp: ", source, ": tensor '", t.name, "' has a negative byte_offset");
-      const int64_t nbytes = p.numel() * elem;
-      const int64_t blocks = (nbytes + checksum_block_bytes - 1) / checksum_block_bytes;
-      TORCH_CHECK(static_cast<int64_t>(p.block_checksums.size()) == blocks, "fsdp: ", source, ": tensor '",
-                  t.name, "' piece [", p.flat_begin, ", ", p.flat_end, ") has ",
-                  p.block_checksums.size(), " block checksums, expected ", blocks);
-      covered = p.flat_end;
-    }
-    TORCH_CHECK(covered == numel, "fsdp: ", source, ": tensor '", t.name, "' has ", numel,
-                " elements but its pieces cover only [0, ", covered, ")");
+    validate_pieces(t, checked_numel(t, source), files.size(), checksum_block_bytes, source);
   }
 }
 

@@ -35,6 +35,7 @@ class RankFileWriter {
   // records (file index left 0 for the caller to set).
   int64_t finish();
   const std::vector<PieceInfo>& pieces() const { return records_; }
+  uint64_t header_checksum() const { return writer_.header_checksum(); }
 
  private:
   OutputFile out_;

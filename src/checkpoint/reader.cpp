@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/error_cause.h"
@@ -16,21 +18,57 @@ namespace fsdp::ckpt {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// [Note: every byte of a rank file is checked]
+// Block checksums cover the data. The index also records each rank file's
+// size and the xxh64 of its safetensors header (the 8-byte length and the
+// JSON after it), and a reader checks both when it opens the file. So a
+// flipped header byte, a damaged length or bytes appended are found by
+// `verify` and refused by a load alike; before, only verify saw appended
+// bytes, and nothing saw a damaged header, though other safetensors readers
+// then misread the file.
+std::string rank_file_problem(const InputFile& file, const FileInfo& info) {
+  if (file.size() != info.bytes) {
+    return c10::str("has ", file.size(), " bytes but the index records ", info.bytes, " (",
+                    file.size() < info.bytes ? "truncated" : "extra bytes appended", ")");
+  }
+  if (!info.header_checksum) return "";  // saved before headers were checksummed
+  uint64_t length = 0;
+  if (!file.read_at(0, &length, 8) || length > static_cast<uint64_t>(file.size() - 8)) {
+    return "has a damaged safetensors header length";
+  }
+  std::vector<char> header(static_cast<size_t>(8 + length));
+  if (!file.read_at(0, header.data(), static_cast<int64_t>(header.size())) ||
+      xxh64(header.data(), static_cast<int64_t>(header.size())) != *info.header_checksum) {
+    return "has a damaged safetensors header (its checksum does not match the index)";
+  }
+  return "";
+}
+
+}  // namespace
+
 struct Reader::Files {
   std::mutex mutex;
   std::vector<std::unique_ptr<InputFile>> open;  // by Index::files position
 
-  const InputFile& get(int file, const std::string& path, const std::string& tensor) {
+  // The open file, checked once against its FileInfo when first opened.
+  const InputFile& get(int file, const std::string& path, const FileInfo& info,
+                       const std::string& tensor) {
     std::lock_guard<std::mutex> lock(mutex);
     auto& slot = open.at(static_cast<size_t>(file));
-    if (!slot) {
-      try {
-        slot = std::make_unique<InputFile>(path);
-      } catch (const std::exception& e) {
-        TORCH_CHECK(false, "fsdp: checkpoint data file '", path, "' holding tensor '", tensor,
-                    "' cannot be opened: ", detail::error_cause(e));
-      }
+    if (slot) return *slot;
+    std::unique_ptr<InputFile> opened;
+    try {
+      opened = std::make_unique<InputFile>(path);
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "fsdp: checkpoint data file '", path, "' holding tensor '", tensor,
+                  "' cannot be opened: ", detail::error_cause(e));
     }
+    const std::string problem = rank_file_problem(*opened, info);
+    TORCH_CHECK(problem.empty(), "fsdp: checkpoint data file '", path, "' holding tensor '", tensor,
+                "' ", problem);
+    slot = std::move(opened);
     return *slot;
   }
 };
@@ -130,7 +168,7 @@ void Reader::read_into(const std::string& name, int64_t flat_begin, const at::Te
     const PieceInfo& p = *it;
     const int64_t lo = std::max(flat_begin, p.flat_begin);
     const int64_t hi = std::min(end, p.flat_end);
-    const InputFile& file = files_->get(p.file, file_path(p.file), name);
+    const InputFile& file = files_->get(p.file, file_path(p.file), index_->files.at(p.file), name);
     read_piece_bytes(file, t, p, index_->checksum_block_bytes, (lo - p.flat_begin) * elem,
                      (hi - p.flat_begin) * elem, dst + (lo - flat_begin) * elem);
   }
@@ -154,15 +192,17 @@ at::Tensor Reader::read_full(const std::string& name) const {
 VerifyReport Reader::verify_all() const {
   VerifyReport report;
   std::vector<std::string> problems;
+  // A damaged file is reported once here; its pieces are then skipped. A
+  // missing one is reported below, per tensor.
+  std::vector<bool> damaged(index_->files.size(), false);
   for (size_t f = 0; f < index_->files.size(); ++f) {
     const std::string path = file_path(static_cast<int>(f));
     std::error_code ec;
-    if (!fs::exists(path, ec)) continue;  // reported below, per tensor
-    const int64_t size = static_cast<int64_t>(fs::file_size(path, ec));
-    if (!ec && size != index_->files[f].bytes)
-      problems.push_back(c10::str("checkpoint data file '", path, "' has ", size, " bytes but the index records ",
-                                  index_->files[f].bytes, " (",
-                                  size < index_->files[f].bytes ? "truncated" : "extra bytes appended", ")"));
+    if (!fs::exists(path, ec)) continue;
+    const std::string problem = rank_file_problem(InputFile(path), index_->files[f]);
+    if (problem.empty()) continue;
+    damaged[f] = true;
+    problems.push_back(c10::str("checkpoint data file '", path, "' ", problem));
   }
   // Verify in chunks of whole blocks so memory stays bounded.
   const int64_t block = index_->checksum_block_bytes;
@@ -173,8 +213,10 @@ VerifyReport Reader::verify_all() const {
     const int64_t elem = static_cast<int64_t>(c10::elementSize(t.dtype));
     for (const auto& p : t.pieces) {
       ++report.pieces;
+      if (damaged.at(static_cast<size_t>(p.file))) continue;
       try {
-        const InputFile& file = files_->get(p.file, file_path(p.file), t.name);
+        const InputFile& file =
+            files_->get(p.file, file_path(p.file), index_->files.at(p.file), t.name);
         const int64_t piece_bytes = p.numel() * elem;
         for (int64_t off = 0; off < piece_bytes; off += chunk) {
           const int64_t n = std::min(chunk, piece_bytes - off);

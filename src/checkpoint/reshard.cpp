@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "checkpoint/output_outside_input.h"
 #include "checkpoint/rank_file.h"
 #include "checkpoint/staging.h"
 #include "fsdp/checkpoint/convert.h"
@@ -55,7 +56,8 @@ void write_rank_files(const Reader& reader, const RankSpecs& specs, const std::s
   for (int r = 0; r < world_size; ++r) {
     if (!writers[r]) continue;
     const int file_index = static_cast<int>(index->files.size());
-    index->files.push_back({rank_file_name(r, world_size), r, writers[r]->finish()});
+    const int64_t bytes = writers[r]->finish();
+    index->files.push_back({rank_file_name(r, world_size), r, bytes, writers[r]->header_checksum()});
     for (size_t i = 0; i < specs[r].size(); ++i) {
       PieceInfo piece = writers[r]->pieces()[i];
       piece.file = file_index;
@@ -69,6 +71,7 @@ void write_rank_files(const Reader& reader, const RankSpecs& specs, const std::s
 
 void reshard(const std::string& dir, int world_size, const std::string& out, bool overwrite) {
   TORCH_CHECK(world_size >= 1, "fsdp: reshard: world size must be >= 1, got ", world_size);
+  detail::check_output_outside_input(dir, out, "reshard");
   const Reader reader = Reader::open(dir);
   const Index& source = reader.index();
   detail::check_target(out, overwrite);

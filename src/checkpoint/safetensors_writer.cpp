@@ -8,6 +8,7 @@
 #include <set>
 
 #include "checkpoint/atomic_file.h"
+#include "fsdp/checkpoint/checksum.h"
 #include "json/json_io.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -61,6 +62,7 @@ Writer::Writer(OutputFile& out, const std::vector<Declared>& entries,
   }
   std::string header = encode_header(entries_, metadata);
   data_start_ = static_cast<int64_t>(header.size());
+  header_checksum_ = xxh64(header.data(), data_start_);
   out_.write_all(header.data(), static_cast<int64_t>(header.size()));
 }
 

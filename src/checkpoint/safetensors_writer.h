@@ -51,11 +51,14 @@ class Writer {
 
   const std::vector<Entry>& entries() const { return entries_; }
   int64_t data_start() const { return data_start_; }
+  // xxh64 of the header bytes, [0, data_start()).
+  uint64_t header_checksum() const { return header_checksum_; }
 
  private:
   OutputFile& out_;
   std::vector<Entry> entries_;
   int64_t data_start_ = 0;
+  uint64_t header_checksum_ = 0;
   size_t next_ = 0;
 };
 

@@ -14,6 +14,7 @@
 #include "checkpoint/save_hook.h"
 #include "checkpoint/staging.h"
 #include "checkpoint/verdict.h"
+#include "fsdp/checkpoint/checksum.h"
 #include "fsdp/checkpoint/index.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/comm/process_group.h"
@@ -112,6 +113,7 @@ std::string write_pieces(const std::string& staging, int rank, int world_size,
       record.end_object();
     }
     record.end_array().member("bytes", bytes).member("file", file_name);
+    record.member("header_xxh64", checksum_to_hex(writer.header_checksum()));
   }
   detail::run_save_hook(rank, testing::SavePhase::kAfterDataFile, path);
   return record.end_object().text();
@@ -159,7 +161,8 @@ void add_rank_files(const std::vector<json::Document>& records, const std::map<s
     if (json::field(r, "file", source).IsNull()) continue;  // the rank had nothing to save
     const int file_index = static_cast<int>(index->files.size());
     index->files.push_back(
-        {json::string_field(r, "file", source), static_cast<int>(rank), json::int64_field(r, "bytes", source)});
+        {json::string_field(r, "file", source), static_cast<int>(rank), json::int64_field(r, "bytes", source),
+         checksum_from_hex(json::string_field(r, "header_xxh64", source), source)});
     for (const auto& p : json::array_field(r, "pieces", source).GetArray()) {
       PieceInfo info;
       info.file = file_index;

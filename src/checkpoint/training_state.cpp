@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "checkpoint/error_cause.h"
 #include "checkpoint/verdict.h"
@@ -88,6 +89,53 @@ std::map<std::string, ExpectedTensor> expected_tensors(const UnitModule& root,
   return expected;
 }
 
+// The optimizer fields the checkpoint holds for `param` ("exp_avg", "step"...).
+std::set<std::string> saved_fields(const Reader& reader, const std::string& param) {
+  std::set<std::string> fields;
+  for (const auto& field : fsdp::detail::optimizer_tensor_fields()) {
+    if (reader.contains(state_name(param, field))) fields.insert(field);
+  }
+  if (reader.contains(state_name(param, "step"))) fields.insert("step");
+  return fields;
+}
+
+std::string joined(const std::set<std::string>& names) {
+  std::string text;
+  for (const auto& n : names) text += (text.empty() ? "" : ", ") + n;
+  return text;
+}
+
+// A strict load refuses optimizer state that is only partly there: a
+// parameter whose saved fields are a strict subset of what the others have
+// (its moments removed, say) would restart those moments silently. A
+// parameter with no state at all is accepted: one that never received a
+// gradient has none, and starts fresh as it did.
+detail::Verdict check_optimizer_state_complete(const Reader& reader,
+                                               const std::vector<ParamShard>& shards) {
+  std::set<std::string> all;
+  std::map<std::string, std::set<std::string>> by_param;
+  for (const auto& shard : shards) {
+    by_param[shard.name] = saved_fields(reader, shard.name);
+    all.insert(by_param[shard.name].begin(), by_param[shard.name].end());
+  }
+  std::string problems;
+  int count = 0;
+  for (const auto& [param, fields] : by_param) {
+    if (fields.empty() || fields == all) continue;
+    std::set<std::string> missing;
+    for (const auto& f : all) {
+      if (!fields.count(f)) missing.insert(f);
+    }
+    if (++count <= 10) problems += "\n  '" + param + "' lacks " + joined(missing);
+  }
+  if (count == 0) return detail::Verdict::success();
+  return detail::Verdict::failure(c10::str(
+      "its optimizer state is incomplete for ", count, " parameter", count == 1 ? "" : "s",
+      " (the others have ", joined(all), "):", problems,
+      "\nA strict load would otherwise restart that state silently; load with strict=false to "
+      "accept it"));
+}
+
 // Whether `reader` can load into `root` (and an optimizer), and why not.
 detail::Verdict check_loadable(const Reader& reader, const UnitModule& root,
                                const std::vector<ParamShard>& shards, bool with_optimizer, bool strict) {
@@ -99,6 +147,7 @@ detail::Verdict check_loadable(const Reader& reader, const UnitModule& root,
   if (strict) {
     const KeyCheck check = compare_keys(reader, expected_tensors(root, shards, reader));
     if (!check.ok()) return detail::Verdict::failure(check.message("it", "the checkpoint"));
+    if (with_optimizer) return check_optimizer_state_complete(reader, shards);
   }
   return detail::Verdict::success();
 }

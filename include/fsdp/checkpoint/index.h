@@ -7,6 +7,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ struct FileInfo {
   std::string name;  // relative to the checkpoint directory, e.g. "rank-00000-of-00002.safetensors"
   int rank = 0;
   int64_t bytes = 0;  // total file size when written
+  // xxh64 of the file's safetensors header: the 8-byte length and the JSON
+  // after it, padding included. Absent in checkpoints saved before it was
+  // recorded. See [Note: every byte of a rank file is checked].
+  std::optional<uint64_t> header_checksum;
 };
 
 // A contiguous range of a tensor's flattened (C-order) elements, stored as a

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -313,6 +315,13 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
       {{"--strategy", "zero9"}, 2, "--strategy 'zero9' is not one of"},
       {{"--micro-batch", "3"}, 2, "--micro-batch 3 does not divide the per-rank batch 16"},
       {{"--resume", "/nonexistent/run"}, 2, "--resume '/nonexistent/run' does not exist"},
+      {{"--timeout", "-1"}, 1, "--timeout is -1; give seconds from 0 to 86400"},
+      // Issue #13, point 11: refused before anything is allocated.
+      {{"--width", "65536", "--heads", "4"}, 1, "the model does not fit: --layers 4 --width 65536"},
+      {{"--layers", "99999999"}, 2, "the model does not fit: --layers 99999999"},
+      {{"--steps", "99999999999999999999"}, 1,
+       "--steps: '99999999999999999999' does not fit in a 64-bit integer (the largest is "
+       "9223372036854775807)"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.message);
@@ -332,6 +341,54 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
   EXPECT_FALSE(fs::exists(tmp / "never"));
 }
 
+// Issue #13, point 4 ([Note: one run per run dir]): a second run into a run
+// dir in use is refused before it writes anything there, naming the holder.
+TEST(Trainer, ASecondRunIntoABusyRunDirIsRefusedNamingTheHolder) {
+  TempDir tmp;
+  const std::string run_dir = tmp / "run";
+  fs::create_directories(run_dir);
+  // Stands in for a run in progress: holds the lock as fsdp-train does.
+  const std::string lock_file = run_dir + "/.fsdp-train.lock";
+  const int fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::string holder = "pid 4242 on elsewhere\n";
+  ASSERT_EQ(::write(fd, holder.data(), holder.size()), static_cast<ssize_t>(holder.size()));
+
+  const auto args = tiny({"--steps", "2", "--run-dir", run_dir});
+  const auto busy = run_alone(args);
+  EXPECT_EQ(busy.exit_code, 1) << busy.output;
+  EXPECT_NE(busy.output.find("run dir '" + run_dir +
+                             "' is in use by another fsdp-train run (pid 4242 on elsewhere)"),
+            std::string::npos)
+      << busy.output;
+  EXPECT_FALSE(fs::exists(run_dir + "/metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(run_dir + "/checkpoint"));
+
+  ::close(fd);  // that run ended: the lock goes with it, however it ended
+  const auto after = run_alone(args);
+  EXPECT_EQ(after.exit_code, 0) << after.output;
+  EXPECT_EQ(read_metrics(run_dir).size(), 2u);
+}
+
+// Issue #13, point 10 ([Note: a failed write is an error]): a run output
+// that cannot be written stops the run, naming the file and the reason, and
+// never leaves a cut line behind while training goes on. /dev/full fails
+// every write with ENOSPC, as a full disk does.
+TEST(Trainer, AFullDiskUnderTheMetricsStopsTheRunNamingTheFile) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine";
+  TempDir tmp;
+  const std::string run_dir = tmp / "run";
+  fs::create_directories(run_dir);
+  fs::create_symlink("/dev/full", run_dir + "/metrics.jsonl");
+  const auto r = run_alone(tiny({"--steps", "3", "--run-dir", run_dir}));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("writing '" + run_dir + "/metrics.jsonl' failed: No space left on device"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(run_dir + "/checkpoint")) << "the run went on after the failed write";
+}
+
 TEST(Trainer, HelpDocumentsEveryOptionWithItsDefault) {
   const auto r = run_alone({"--help"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -340,7 +397,7 @@ TEST(Trainer, HelpDocumentsEveryOptionWithItsDefault) {
         "--grad-accum", "--lr", "--warmup", "--min-lr", "--weight-decay", "--clip", "--steps",
         "--time-budget", "--seed", "--run-dir", "--save-every", "--resume", "--eval-every",
         "--sample-bytes", "--layers", "--width", "--heads", "--context", "--quiet", "--data",
-        "--batch"}) {
+        "--batch", "--timeout", "FSDP_COMM_TIMEOUT"}) {
     EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
   }
   EXPECT_NE(r.output.find("--lr FLOAT=0.003"), std::string::npos) << r.output;  // a default
@@ -369,6 +426,57 @@ void expect_same_checkpoint(const std::string& a_dir, const std::string& b_dir) 
   for (const auto& name : a.names()) {
     EXPECT_TRUE(at::equal(a.read_full(name), b.read_full(name))) << name;
   }
+}
+
+// Flips the last byte of `path`: checkpoint data, covered by a checksum.
+void corrupt_last_byte(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-1, std::ios::end);
+  char byte = 0;
+  f.read(&byte, 1);
+  f.seekp(-1, std::ios::end);
+  byte = static_cast<char>(byte ^ 0x5a);
+  f.write(&byte, 1);
+}
+
+// Issue #13, point 14: after a crash, --resume <run dir> takes the newest
+// checkpoint that verifies across checkpoint/ and checkpoints/step-*, says
+// which and why it skipped newer ones, removes what killed saves left, and
+// --keep-last bounds the step checkpoints kept.
+TEST(Trainer, ResumeFromACrashedRunDirTakesTheNewestCheckpointThatVerifies) {
+  TempDir tmp;
+  const std::string run = tmp / "run";
+  const auto common = tiny({"--sample-bytes", "0", "--eval-every", "0"});
+  ASSERT_EQ(run_alone(concat(common, {"--steps", "6", "--save-every", "2", "--run-dir", run})).exit_code, 0);
+  // The crash: no final checkpoint, the newest step checkpoint damaged, and a
+  // save that never completed.
+  fs::remove_all(run + "/checkpoint");
+  corrupt_last_byte(run + "/checkpoints/step-00000006/rank-00000-of-00001.safetensors");
+  const std::string partial = run + "/checkpoints/step-00000008.partial-99-ab";
+  fs::create_directories(partial);
+  std::ofstream(partial + "/rank-00000-of-00001.safetensors") << std::string(4096, 'x');
+
+  const auto resumed = run_alone(concat(common, {"--steps", "10", "--save-every", "2",
+                                                 "--keep-last", "2", "--resume", run,
+                                                 "--run-dir", run}));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resume    " + run + "/checkpoints/step-00000004 at step 4"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("skipped (did not verify) " + run + "/checkpoints/step-00000006"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("cleaned   " + partial), std::string::npos) << resumed.output;
+  EXPECT_FALSE(fs::exists(partial));
+  // --keep-last 2: the two newest step checkpoints, and the final one.
+  std::vector<std::string> kept;
+  for (const auto& entry : fs::directory_iterator(run + "/checkpoints")) {
+    kept.push_back(entry.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"step-00000008", "step-00000010"}));
+  EXPECT_EQ(fsdp::ckpt::Reader::open(run + "/checkpoint").step(), 10);
+  EXPECT_EQ(by_step(read_metrics(run)).size(), 10u);
 }
 
 TEST(Trainer, ResumeContinuesBitwiseOnTheSameWorldSizeAndCloselyOnAnother) {

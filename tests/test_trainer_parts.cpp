@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "corpus.h"
 #include "lr_schedule.h"
+#include "memory_check.h"
 #include "train_options.h"
 
 namespace {
@@ -84,6 +87,50 @@ TEST(TrainerOptions, BatchSplitFollowsWorldSizeMicroBatchAndAccumulation) {
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].find("--grad-accum 3 does not divide the per-rank batch 16"), std::string::npos)
       << errors[0];
+}
+
+// [Note: the memory check before building the model]: the bound grows with
+// the model and the ranks on a node, and absurd sizes give a number, not an
+// overflow.
+TEST(TrainerMemoryCheck, RefusesWhatCannotFitWithTheNumbers) {
+  fsdp_train::TrainOptions o;  // 4 x 128: about 0.8M parameters
+  fsdp_train::BatchLayout layout{2, 16, 16, 1};
+  const double small = fsdp_train::estimated_rank_bytes(o, layout);
+  EXPECT_GT(small, 4.0 * 800000);  // at least the full fp32 model
+  EXPECT_LT(small, 1e9);
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_EQ(fsdp_train::check_fits_in_memory(o, layout, 2, 8 * kGiB), "");
+  EXPECT_EQ(fsdp_train::check_fits_in_memory(o, layout, 2, std::nullopt), "");
+
+  o.width = 65536;
+  const std::string wide = fsdp_train::check_fits_in_memory(o, layout, 2, 24 * kGiB);
+  EXPECT_NE(wide.find("the model does not fit: --layers 4 --width 65536 --context 128"),
+            std::string::npos)
+      << wide;
+  EXPECT_NE(wide.find("for the 2 ranks on this node, but only 24.0 GiB is available"),
+            std::string::npos)
+      << wide;
+  o.layers = INT64_MAX;
+  const std::string absurd = fsdp_train::check_fits_in_memory(o, layout, 1, 24 * kGiB);
+  EXPECT_NE(absurd.find("bytes"), std::string::npos) << absurd;
+  EXPECT_GT(fsdp_train::estimated_rank_bytes(o, layout), 1e30);
+}
+
+// A corpus too large for this node's memory is refused before it is read.
+TEST(TrainerMemoryCheck, ACorpusTooLargeIsRefusedBeforeItIsRead) {
+  const std::string path = ::testing::TempDir() + "/fsdp-corpus-size.txt";
+  std::ofstream(path) << std::string(1000, 'a');
+  EXPECT_EQ(fsdp_train::check_corpus_fits(path, 1, 4000), "");
+  const std::string refused = fsdp_train::check_corpus_fits(path, 2, 3000);
+  EXPECT_NE(refused.find("data file '" + path + "' is 1000 B; fsdp-train holds the corpus in "
+                         "memory on every rank"),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("the 2 ranks on this node need 3.91 KiB, but only 2.93 KiB"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(fsdp_train::check_corpus_fits("", 8, 1), "") << "the default corpus is small";
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,6 +35,7 @@
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
 #include "fsdp/error_message.h"
+#include "memory_check.h"
 #include "resume_config.h"
 #include "run_dir.h"
 #include "train_options.h"
@@ -61,7 +64,9 @@ void adopt_resume_checkpoint(TrainSetup& setup, std::vector<std::string>& errors
   TrainOptions& o = setup.options;
   if (o.resume.empty()) return;
   try {
-    setup.resume_dir = fsdp_train::resolve_resume_dir(o.resume);
+    fsdp_train::ResumeChoice choice = fsdp_train::resolve_resume_dir(o.resume);
+    setup.resume_dir = choice.dir;
+    setup.resume_rejected = std::move(choice.rejected);
     const fsdp::ckpt::Reader reader = fsdp::ckpt::Reader::open(setup.resume_dir);
     setup.resume_step = reader.step();
     for (auto& e : fsdp_train::adopt_checkpoint_options(o, reader.extras_json(), setup.resume_dir)) {
@@ -94,15 +99,35 @@ void load_training_data(TrainSetup& setup, std::vector<std::string>& errors) {
   }
 }
 
+// What cannot fit in this node's memory is refused before it is read or
+// built. Returns false when the corpus must not even be read.
+bool check_memory(const TrainSetup& setup, int ranks_on_node, std::vector<std::string>& errors) {
+  const auto available = fsdp_train::available_memory_bytes();
+  if (std::string e = fsdp_train::check_corpus_fits(setup.options.data, ranks_on_node, available);
+      !e.empty()) {
+    errors.push_back(std::move(e));
+    return false;
+  }
+  // [Note: the memory check before building the model]
+  if (!errors.empty()) return true;  // the batch layout it needs may be invalid
+  if (std::string e = fsdp_train::check_fits_in_memory(setup.options, setup.layout, ranks_on_node,
+                                                       available);
+      !e.empty()) {
+    errors.push_back(std::move(e));
+  }
+  return true;
+}
+
 // Every input, checked on every rank before any heavy work or collective.
 // The verdict depends only on the arguments, the files and the world size,
 // so all ranks exit together when something is wrong.
-std::vector<std::string> check_inputs(TrainSetup& setup, int world_size) {
+std::vector<std::string> check_inputs(TrainSetup& setup, int world_size, int ranks_on_node) {
   std::vector<std::string> errors;
   adopt_resume_checkpoint(setup, errors);
   for (auto& e : fsdp_train::check_options(setup.options, world_size, &setup.layout)) {
     errors.push_back(std::move(e));
   }
+  if (!check_memory(setup, ranks_on_node, errors)) return errors;
   load_training_data(setup, errors);
   // The run dir (or, for the default runs/<timestamp>, runs/) must be
   // creatable; every rank checks, since every rank writes checkpoints.
@@ -125,10 +150,15 @@ int report_bad_input(const std::vector<std::string>& errors) {
 // trains. A failure from here on is not the input's: exit 1.
 int train_in_world(TrainSetup& setup, bool distributed, const fsdp::LaunchEnv& env) {
   try {
+    fsdp::GroupOptions group_options;
+    if (setup.options.timeout > 0) {
+      group_options.timeout = std::chrono::milliseconds(
+          std::max<int64_t>(1, std::llround(setup.options.timeout * 1000)));
+    }
     if (distributed) {
-      setup.world = fsdp::init_process_group_from_env();
+      setup.world = fsdp::init_process_group_from_env(group_options);
     } else {
-      setup.world = fsdp::make_single_process_group();
+      setup.world = fsdp::make_single_process_group(group_options);
     }
     return fsdp_train::train(setup);
   } catch (const std::exception& e) {
@@ -160,7 +190,8 @@ int main(int argc, char** argv) {
   }
   setup.launcher = distributed ? env.source : "standalone";
 
-  const std::vector<std::string> errors = check_inputs(setup, env.world_size);
+  const std::vector<std::string> errors =
+      check_inputs(setup, env.world_size, distributed ? env.local_world_size : 1);
   if (!errors.empty()) return report_bad_input(errors);
 
   setup.threads = threads_per_rank(distributed ? env.local_world_size : 1);

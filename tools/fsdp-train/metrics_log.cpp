@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "output_file.h"
+
 namespace fsdp_train {
 
 // Written and read with RapidJSON, not the JSON library LibTorch 2.10+
@@ -94,13 +96,14 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t resumed_step)
   out_.open(path_, std::ios::trunc);
   if (!out_) throw std::runtime_error(fmt::format("cannot write '{}'", path_));
   for (const auto& r : records_) out_ << r.to_json_line() << '\n';
-  out_.flush();
+  flush_or_throw(out_, path_);
 }
 
+// [Note: a failed write is an error]
 void MetricsLog::append(const StepRecord& record) {
   records_.push_back(record);
   out_ << record.to_json_line() << '\n';
-  out_.flush();
+  flush_or_throw(out_, path_);
 }
 
 }  // namespace fsdp_train

@@ -9,7 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+
+#include "output_file.h"
 
 namespace fsdp_train {
 namespace {
@@ -77,6 +78,30 @@ std::string run_gnuplot(const std::string& dir) {
   return "";
 }
 
+// plot.tsv: step, loss, throughput and the smoothed loss.
+std::string loss_table(const std::vector<StepRecord>& records) {
+  std::string tsv = "# step\tloss\ttokens_per_s\tloss_smoothed\n";
+  // Exponential moving average with bias correction (as Adam's moments).
+  double ema = 0;
+  int64_t n = 0;
+  for (const auto& r : records) {
+    ema = 0.95 * ema + 0.05 * r.loss;
+    ++n;
+    const double smoothed = ema / (1.0 - std::pow(0.95, static_cast<double>(n)));
+    tsv += fmt::format("{}\t{}\t{}\t{}\n", r.step, r.loss, r.tokens_per_s, smoothed);
+  }
+  return tsv;
+}
+
+// plot-val.tsv: the steps that evaluated, and their validation loss.
+std::string validation_table(const std::vector<StepRecord>& records) {
+  std::string val = "# step\tval_loss\n";
+  for (const auto& r : records) {
+    if (r.val_loss) val += fmt::format("{}\t{}\n", r.step, *r.val_loss);
+  }
+  return val;
+}
+
 }  // namespace
 
 PlotResult write_plot(const std::string& run_dir, const std::vector<StepRecord>& records,
@@ -86,29 +111,9 @@ PlotResult write_plot(const std::string& run_dir, const std::vector<StepRecord>&
     result.error = "no steps were recorded";
     return result;
   }
-  {
-    std::ofstream tsv(fs::path(run_dir) / "plot.tsv");
-    tsv << "# step\tloss\ttokens_per_s\tloss_smoothed\n";
-    // Exponential moving average with bias correction (as Adam's moments).
-    double ema = 0;
-    int64_t n = 0;
-    for (const auto& r : records) {
-      ema = 0.95 * ema + 0.05 * r.loss;
-      ++n;
-      const double smoothed = ema / (1.0 - std::pow(0.95, static_cast<double>(n)));
-      tsv << fmt::format("{}\t{}\t{}\t{}\n", r.step, r.loss, r.tokens_per_s, smoothed);
-    }
-  }
-  bool any_val = false;
-  {
-    std::ofstream val(fs::path(run_dir) / "plot-val.tsv");
-    val << "# step\tval_loss\n";
-    for (const auto& r : records) {
-      if (!r.val_loss) continue;
-      any_val = true;
-      val << fmt::format("{}\t{}\n", r.step, *r.val_loss);
-    }
-  }
+  const std::string tsv = loss_table(records);
+  const std::string val = validation_table(records);
+  const bool any_val = val.find('\n') + 1 < val.size();  // a line below the header
   std::string script = kScript;
   const auto replace = [&script](const std::string& key, const std::string& value) {
     const size_t at = script.find(key);
@@ -118,9 +123,13 @@ PlotResult write_plot(const std::string& run_dir, const std::vector<StepRecord>&
   replace("{val_plot}", any_val ? ", \\\n     \"plot-val.tsv\" using 1:2 with linespoints pt 7 ps 0.8 "
                                   "lw 2 lc rgb \"#c0392b\" title \"validation\""
                                 : "");
-  {
-    std::ofstream gp(fs::path(run_dir) / "plot.gp");
-    gp << script;
+  try {  // [Note: a failed write is an error]: reported in the summary
+    write_output_file((fs::path(run_dir) / "plot.tsv").string(), tsv);
+    write_output_file((fs::path(run_dir) / "plot-val.tsv").string(), val);
+    write_output_file((fs::path(run_dir) / "plot.gp").string(), script);
+  } catch (const std::exception& e) {
+    result.error = e.what();
+    return result;
   }
   const std::string png = (fs::path(run_dir) / "plot.png").string();
   std::error_code ec;

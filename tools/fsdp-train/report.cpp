@@ -32,6 +32,15 @@ void print_header(const RunHeader& h) {
   if (!h.resume_dir.empty()) {
     fmt::print("  resume    {} at step {}\n", h.resume_dir, h.start_step);
   }
+  for (const auto& rejected : h.resume_rejected) {
+    fmt::print("  resume    skipped (did not verify) {}\n", rejected);
+  }
+  for (const auto& removed : h.cleaned.removed) {
+    fmt::print("  cleaned   {} (left by a killed save)\n", removed);
+  }
+  if (!h.cleaned.removed.empty()) {
+    fmt::print("  cleaned   {} freed\n", human_bytes(h.cleaned.bytes));
+  }
   fmt::print("  run dir   {}{}\n", h.run_dir,
              o.time_budget > 0 ? fmt::format(" (time budget {})", human_duration(o.time_budget))
                                : std::string());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "corpus.h"
+#include "fsdp/checkpoint/run_dir.h"
 #include "train_options.h"
 
 namespace fsdp_train {
@@ -22,6 +23,8 @@ struct RunHeader {
   int64_t unsharded_param_bytes = 0;
   std::string run_dir;
   std::string resume_dir;  // "" unless resuming
+  std::vector<std::string> resume_rejected;  // skipped newer checkpoints, with why
+  fsdp::ckpt::CleanReport cleaned;           // partial saves removed at start
   int64_t start_step = 0;
 };
 

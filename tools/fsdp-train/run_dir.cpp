@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "fsdp/checkpoint/run_dir.h"
 #include "fsdp/comm/process_group.h"
 
 namespace fsdp_train {
@@ -123,7 +124,22 @@ std::string step_checkpoint_dir(const std::string& run_dir, int64_t step) {
   return (fs::path(run_dir) / "checkpoints" / fmt::format("step-{:08d}", step)).string();
 }
 
-std::string resolve_resume_dir(const std::string& path) {
+std::vector<std::string> prune_step_checkpoints(const std::string& run_dir, int64_t keep_last) {
+  std::vector<std::string> removed;
+  if (keep_last <= 0) return removed;
+  const fs::path periodic = fs::path(run_dir) / "checkpoints";
+  int64_t kept = 0;
+  for (const auto& found : fsdp::ckpt::checkpoints_in_run_dir(run_dir)) {  // newest first
+    if (fs::path(found.dir).parent_path() != periodic) continue;
+    if (kept++ < keep_last) continue;
+    std::error_code ec;
+    fs::remove_all(found.dir, ec);
+    if (!ec) removed.push_back(found.dir);
+  }
+  return removed;
+}
+
+ResumeChoice resolve_resume_dir(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     throw std::runtime_error(fmt::format(
@@ -131,14 +147,17 @@ std::string resolve_resume_dir(const std::string& path) {
         "checkpoints/step-NNNNNNNN/) or a run dir",
         path));
   }
-  if (fs::exists(fs::path(path) / "index.json", ec)) return path;
-  const fs::path inner = fs::path(path) / "checkpoint";
-  if (fs::exists(inner / "index.json", ec)) return inner.string();
+  // A checkpoint named by the user is taken as asked: no silent substitute.
+  if (fsdp::ckpt::is_checkpoint_dir(path)) return {path, {}};
+  const fsdp::ckpt::LatestCheckpoint latest = fsdp::ckpt::latest_verified_checkpoint(path);
+  if (latest.chosen) return {latest.chosen->dir, latest.rejected};
+  std::string why;
+  for (const auto& r : latest.rejected) why += "\n  " + r;
   throw std::runtime_error(fmt::format(
-      "--resume '{}' holds no checkpoint (no index.json in it or in its checkpoint/); the save "
-      "may not have completed. Pass a checkpoint directory such as <run-dir>/checkpoint or "
-      "<run-dir>/checkpoints/step-NNNNNNNN",
-      path));
+      "--resume '{}' holds no checkpoint that verifies (looked for index.json in it, in its "
+      "checkpoint/ and in its checkpoints/step-*/){}{}. Pass a checkpoint directory, or start "
+      "a fresh run",
+      path, latest.rejected.empty() ? "" : "; rejected:", why));
 }
 
 void fail_together(fsdp::ProcessGroup& world, const std::string& my_error) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace fsdp {
 class ProcessGroup;
@@ -37,10 +38,21 @@ std::string agree_on_run_dir(fsdp::ProcessGroup& world, const std::string& reque
 std::string final_checkpoint_dir(const std::string& run_dir);
 std::string step_checkpoint_dir(const std::string& run_dir, int64_t step);
 
-// What --resume points at: a checkpoint directory (it holds index.json) or a
-// run dir holding checkpoint/. Throws std::runtime_error naming the path and
-// what is missing.
-std::string resolve_resume_dir(const std::string& path);
+// --keep-last: removes all but the newest `keep_last` step checkpoints
+// (<run-dir>/checkpoints/step-*); the final checkpoint/ is never removed.
+// Returns the removed directories. keep_last <= 0 keeps everything.
+std::vector<std::string> prune_step_checkpoints(const std::string& run_dir, int64_t keep_last);
+
+// What --resume points at: a checkpoint directory (it holds index.json),
+// taken as it is, or a run dir, whose newest checkpoint that verifies is
+// taken (fsdp::ckpt::latest_verified_checkpoint: checkpoint/ and
+// checkpoints/step-*). Throws std::runtime_error naming the path and why
+// each candidate was rejected.
+struct ResumeChoice {
+  std::string dir;
+  std::vector<std::string> rejected;  // newer candidates that did not verify, with why
+};
+ResumeChoice resolve_resume_dir(const std::string& path);
 
 // Collective: every rank passes its own error ("" for none). If any rank has
 // one, every rank throws std::runtime_error naming the failing ranks and

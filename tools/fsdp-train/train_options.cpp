@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "cli_help_format.h"
+#include "cli_integer_check.h"
 
 namespace fsdp_train {
 namespace {
@@ -41,12 +42,13 @@ EXAMPLES
 )";
 
 // Registers an option and remembers it, so we can tell which were given.
+// Integer options also refuse values that do not fit in 64 bits.
 class OptionRecorder {
  public:
   explicit OptionRecorder(std::vector<CLI::Option*>& all) : all_(all) {}
   CLI::Option* operator()(CLI::Option* option) {
     all_.push_back(option);
-    return option;
+    return fsdp::tools::check_integer_range(option);
   }
 
  private:
@@ -123,6 +125,9 @@ void add_fsdp_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
                      "keep sharded parameters and gradients in host memory (default: off)"));
   rec(fsdp->add_flag("--no-prefetch", o.no_prefetch,
                      "do not all-gather the next unit ahead of use (default: prefetch on)"));
+  rec(fsdp->add_option("--timeout", o.timeout,
+                       "seconds rendezvous or a collective may wait for a peer before failing "
+                       "naming it (default 0: FSDP_COMM_TIMEOUT if set, else 300)"));
 }
 
 void add_eval_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
@@ -150,9 +155,14 @@ void add_output_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
                       "also checkpoint every K steps to <run-dir>/checkpoints/step-NNNNNNNN "
                       "(0: only the final <run-dir>/checkpoint)")
           ->capture_default_str());
+  rec(out->add_option("--keep-last", o.keep_last,
+                      "keep only the newest K step checkpoints (0: keep all); the final "
+                      "checkpoint/ is always kept")
+          ->capture_default_str());
   rec(out->add_option("--resume", o.resume,
-                      "continue from a checkpoint dir (or a run dir holding checkpoint/); "
-                      "model shape, seed and batch default to the checkpoint's"));
+                      "continue from a checkpoint dir, or from a run dir's newest checkpoint "
+                      "that verifies (checkpoint/ or checkpoints/step-*); model shape, seed "
+                      "and batch default to the checkpoint's"));
   rec(out->add_option("--log-every", o.log_every,
                       "progress line every K steps when stdout is not a terminal (0: about "
                       "25 lines per run)")
@@ -183,7 +193,7 @@ ParseResult parse_train_options(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return {std::nullopt, app.exit(e)};
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    std::fprintf(stderr, "fsdp-train: error: %s\n", e.what());  // as the option checks print
     std::fprintf(stderr, "fsdp-train: run with --help for every option and its default\n");
     return {std::nullopt, kBadUsage};
   }
@@ -265,11 +275,17 @@ void validate_optimizer(const TrainOptions& o, std::vector<std::string>& errors)
   require_non_negative(errors, "weight-decay", o.weight_decay, "0 turns it off");
   require_non_negative(errors, "clip", o.clip, "0 turns clipping off");
   require_non_negative(errors, "time-budget", o.time_budget, "seconds; 0 means no limit");
+  if (!(o.timeout >= 0 && o.timeout <= 86400)) {
+    errors.push_back(fmt::format("--timeout is {}; give seconds from 0 to 86400 (0: "
+                                 "FSDP_COMM_TIMEOUT if set, else 300)",
+                                 o.timeout));
+  }
 }
 
 void validate_sampling_and_output(const TrainOptions& o, std::vector<std::string>& errors) {
   require_non_negative(errors, "temperature", o.temperature, "0 samples greedily");
   require_non_negative(errors, "save-every", o.save_every, "0: final checkpoint only");
+  require_non_negative(errors, "keep-last", o.keep_last, "0: keep every step checkpoint");
   require_non_negative(errors, "eval-every", o.eval_every, "0: at the end only");
   require_non_negative(errors, "sample-bytes", o.sample_bytes, "0: no sample");
   require_non_negative(errors, "log-every", o.log_every, "0: automatic");

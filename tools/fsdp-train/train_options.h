@@ -47,6 +47,7 @@ struct TrainOptions {
   std::string mixed_precision = "fp32";   // fp32 | bf16
   bool offload = false;
   bool no_prefetch = false;
+  double timeout = 0;  // seconds a rank may wait for a peer; 0 = FSDP_COMM_TIMEOUT, else 300
 
   // Evaluation and generation.
   int64_t eval_every = 100;  // steps; 0 = only at the end
@@ -58,6 +59,7 @@ struct TrainOptions {
   // Output and checkpoints.
   std::string run_dir;  // "" = runs/<timestamp>
   int64_t save_every = 0;  // steps; 0 = only the final checkpoint
+  int64_t keep_last = 0;   // step checkpoints kept; 0 = all
   std::string resume;      // checkpoint directory (or a run dir holding one)
   int64_t log_every = 0;   // progress lines when stdout is not a terminal; 0 = auto
   bool quiet = false;

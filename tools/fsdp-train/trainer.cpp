@@ -16,11 +16,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
 
+#include "fsdp/checkpoint/run_dir.h"
 #include "fsdp/checkpoint/training_state.h"
 #include "fsdp/clip_grad.h"
 #include "fsdp/fully_shard.h"
@@ -29,11 +29,13 @@
 #include "generate.h"
 #include "lr_schedule.h"
 #include "metrics_log.h"
+#include "output_file.h"
 #include "plot.h"
 #include "progress.h"
 #include "report.h"
 #include "resume_config.h"
 #include "run_dir.h"
+#include "run_dir_lock.h"
 
 namespace fsdp_train {
 namespace {
@@ -156,6 +158,8 @@ class Trainer {
   std::optional<fsdp::Sharded<GPT>> model_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::string run_dir_;
+  RunDirLock run_dir_lock_;             // rank 0 only
+  fsdp::ckpt::CleanReport cleaned_;     // rank 0 only: partial saves removed at start
   std::optional<MetricsLog> metrics_;   // rank 0 only
   std::vector<int64_t> sharded_bytes_;  // per rank, as built
   int64_t start_step_ = 0;
@@ -169,6 +173,11 @@ int Trainer::run() {
   build_model();
   resume_if_asked();
   run_dir_ = agree_on_run_dir(world_, o_.run_dir);
+  // [Note: one run per run dir]
+  fail_together(world_, rank0_ ? run_dir_lock_.acquire(run_dir_) : "");
+  // Safe under the lock: no other run saves here. Partial saves of a killed
+  // run can be as large as the model; nothing can resume from them.
+  if (rank0_) cleaned_ = fsdp::ckpt::clean_partial_checkpoints(run_dir_);
   const fsdp::MemoryStats initial = fsdp::memory_stats(**model_);
   sharded_bytes_ = gather(initial.sharded_param_bytes);
   if (rank0_) start_outputs(initial);
@@ -222,6 +231,8 @@ void Trainer::start_outputs(const fsdp::MemoryStats& initial) {
   header.unsharded_param_bytes = initial.unsharded_param_bytes;
   header.run_dir = run_dir_;
   header.resume_dir = s_.resume_dir;
+  header.resume_rejected = s_.resume_rejected;
+  header.cleaned = cleaned_;
   header.start_step = start_step_;
   print_header(header);
   write_config_json();
@@ -252,7 +263,8 @@ void Trainer::write_config_json() const {
   rapidjson::PrettyWriter<rapidjson::StringBuffer> writer(buffer);
   writer.SetIndent(' ', 2);
   config.Accept(writer);
-  std::ofstream(std::filesystem::path(run_dir_) / "config.json") << buffer.GetString() << '\n';
+  write_output_file((std::filesystem::path(run_dir_) / "config.json").string(),
+                    std::string(buffer.GetString(), buffer.GetSize()) + "\n");
 }
 
 ProgressConfig Trainer::progress_config() const {
@@ -370,7 +382,11 @@ void Trainer::save_step_checkpoint(Progress& progress, int64_t step) {
   const std::string dir = step_checkpoint_dir(run_dir_, step);
   const auto save_start = Clock::now();
   save_checkpoint(dir, step);
-  if (rank0_) progress.note(fmt::format("  saved {} ({:.1f}s)", dir, seconds_since(save_start)));
+  if (!rank0_) return;
+  progress.note(fmt::format("  saved {} ({:.1f}s)", dir, seconds_since(save_start)));
+  for (const std::string& old : prune_step_checkpoints(run_dir_, o_.keep_last)) {
+    progress.note(fmt::format("  removed {} (--keep-last {})", old, o_.keep_last));
+  }
 }
 
 // Mean loss over --eval-batches fixed global batches of validation bytes.
@@ -476,7 +492,7 @@ void Trainer::report(const LoopOutcome& loop, std::vector<RankMemory> memory,
 // Returns the file's path.
 std::string Trainer::write_sample(const std::string& sample) const {
   const std::string file = (std::filesystem::path(run_dir_) / "sample.txt").string();
-  std::ofstream(file, std::ios::binary) << o_.prompt << sample;
+  write_output_file(file, o_.prompt + sample);
   if (!o_.quiet) {
     fmt::print("\nSample ({} bytes after the prompt, temperature {:g}):\n", sample.size(),
                o_.temperature);

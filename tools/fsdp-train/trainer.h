@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "corpus.h"
 #include "fsdp/comm/process_group.h"
@@ -22,6 +23,7 @@ struct TrainSetup {
   int threads = 1;          // intra-op threads of this rank
   ByteCorpus corpus;
   std::string resume_dir;   // "" unless --resume
+  std::vector<std::string> resume_rejected;  // newer checkpoints of the run dir that did not verify
   int64_t resume_step = 0;  // the checkpoint's step
   std::string corpus_warning;
 };

@@ -1,0 +1,91 @@
+#include "memory_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "text_format.h"
+
+namespace fsdp_train {
+namespace {
+
+constexpr double kFloatBytes = 4;
+constexpr double kVocab = 256;  // bytes
+
+// The GPT's parameter count (as GPTConfig::num_params), in double.
+double parameter_count(const TrainOptions& o) {
+  const double d = static_cast<double>(o.width);
+  const double per_block = 12 * d * d + 13 * d;
+  return kVocab * d + static_cast<double>(o.context) * d +
+         static_cast<double>(o.layers) * per_block + 2 * d;
+}
+
+// Activations kept for backward by one micro-batch: per block about 20
+// width-sized values and the attention scores per position, plus the logits.
+double activation_bytes(const TrainOptions& o, const BatchLayout& layout) {
+  const double tokens = static_cast<double>(layout.micro_batch) * static_cast<double>(o.context);
+  const double per_token_per_block = 20 * static_cast<double>(o.width) +
+                                     2 * static_cast<double>(o.heads) * static_cast<double>(o.context);
+  return kFloatBytes * tokens * (static_cast<double>(o.layers) * per_token_per_block + 2 * kVocab);
+}
+
+std::string human(double bytes) {
+  if (bytes < 1e18) return human_bytes(static_cast<int64_t>(bytes));
+  return fmt::format("{:.3g} bytes", bytes);
+}
+
+}  // namespace
+
+double estimated_rank_bytes(const TrainOptions& o, const BatchLayout& layout) {
+  const double full_model = kFloatBytes * parameter_count(o);
+  const double shards = 4 * full_model / std::max(1, layout.world_size);  // params, grads, 2 moments
+  return full_model + shards + activation_bytes(o, layout);
+}
+
+std::string check_fits_in_memory(const TrainOptions& o, const BatchLayout& layout,
+                                 int ranks_on_node, std::optional<int64_t> available_bytes) {
+  if (!available_bytes) return "";
+  const double per_rank = estimated_rank_bytes(o, layout);
+  const double needed = per_rank * std::max(1, ranks_on_node);
+  if (needed <= static_cast<double>(*available_bytes)) return "";
+  return fmt::format(
+      "the model does not fit: --layers {} --width {} --context {} is {:.3g} parameters; each "
+      "rank needs at least {} (the full model while it is built, then its shards, gradients "
+      "and AdamW state, and one micro-batch's activations), {} for the {} rank{} on this node, "
+      "but only {} is available. Pass a smaller --layers, --width, --context or --micro-batch",
+      o.layers, o.width, o.context, parameter_count(o), human(per_rank), human(needed),
+      ranks_on_node, ranks_on_node == 1 ? "" : "s", human(static_cast<double>(*available_bytes)));
+}
+
+std::string check_corpus_fits(const std::string& data_path, int ranks_on_node,
+                              std::optional<int64_t> available_bytes) {
+  std::error_code ec;
+  if (data_path.empty() || !available_bytes) return "";
+  const auto size = std::filesystem::file_size(data_path, ec);
+  if (ec) return "";  // missing or not a file: the corpus loader says which
+  const double needed = 2.0 * static_cast<double>(size) * std::max(1, ranks_on_node);
+  if (needed <= static_cast<double>(*available_bytes)) return "";
+  return fmt::format(
+      "data file '{}' is {}; fsdp-train holds the corpus in memory on every rank (twice while "
+      "reading it), so the {} rank{} on this node need {}, but only {} is available. Pass a "
+      "smaller --data file (a slice of this one trains the same way)",
+      data_path, human(static_cast<double>(size)), ranks_on_node, ranks_on_node == 1 ? "" : "s",
+      human(needed), human(static_cast<double>(*available_bytes)));
+}
+
+std::optional<int64_t> available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string name;
+    int64_t kib = 0;
+    if (fields >> name >> kib && name == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+}  // namespace fsdp_train

@@ -1,0 +1,42 @@
+#pragma once
+// Refusing, before anything is allocated, a model that cannot fit.
+//
+// [Note: the memory check before building the model]
+// `--layers 99999999` once ran until the machine's memory was gone, and
+// `--width 65536` died later in the allocator. Each rank first builds the
+// full fp32 model (so the initial weights do not depend on the world size),
+// then keeps its shards and trains with sharded gradients and AdamW's two
+// moments. So a rank needs at least the full model's bytes while building,
+// plus 4 more shard-sized tensors, plus the activations of one micro-batch.
+// That lower bound, times the ranks on this node, must fit in the memory the
+// kernel calls available (MemAvailable). Sizes are computed in floating
+// point, so absurd options give a large number, not a wrapped one.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "train_options.h"
+
+namespace fsdp_train {
+
+// A lower bound on one rank's peak bytes for these options.
+double estimated_rank_bytes(const TrainOptions& o, const BatchLayout& layout);
+
+// "" when ranks_on_node ranks fit in available_bytes, else a message with
+// the numbers and the fix. available_bytes: none skips the check.
+std::string check_fits_in_memory(const TrainOptions& o, const BatchLayout& layout,
+                                 int ranks_on_node, std::optional<int64_t> available_bytes);
+
+// "" when every rank on this node can hold the corpus `data_path` (""
+// means the small default corpus), else a message with its size, what is
+// needed and what is available. fsdp-train keeps the corpus in memory on
+// each rank, and holds it twice while reading it, so a file is checked
+// before it is read: a 64 GiB file once gave std::bad_alloc after 25 s.
+std::string check_corpus_fits(const std::string& data_path, int ranks_on_node,
+                              std::optional<int64_t> available_bytes);
+
+// MemAvailable from /proc/meminfo, or none where it cannot be read.
+std::optional<int64_t> available_memory_bytes();
+
+}  // namespace fsdp_train

@@ -279,11 +279,18 @@ class Supervisor {
       }
       w.stopped_since.reset();
       kill(-w.pid, SIGKILL);  // a stopped process acts on nothing gentler
-      fail(fmt::format("rank {} (pid {}) has been stopped by a signal for {} s, longer than the "
+      fail_with_running(w, fmt::format("rank {} (pid {}) has been stopped by a signal for {} s, longer than the "
                        "timeout (--timeout or FSDP_COMM_TIMEOUT); killed it",
-                       w.place.rank, w.pid, opts_.stall_timeout_s),
-           1);
+                       w.place.rank, w.pid, opts_.stall_timeout_s));
     }
+  }
+
+  // fail() for a worker that is killed but not yet reaped: it is not one of
+  // "the other" workers to stop.
+  void fail_with_running(Worker& culprit, const std::string& what) {
+    culprit.running = false;
+    fail(what, 1);
+    culprit.running = true;  // reaped, and its exit ignored, as we are stopping
   }
 
   // waitid(WNOWAIT) first: the worker stays a zombie, so its pid (= its

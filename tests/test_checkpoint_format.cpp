@@ -27,11 +27,13 @@
 #include "fsdp/checkpoint/strict_check.h"
 #include "harness/temp_dir.h"
 #include "harness/assertions.h"
+#include "harness/file_damage.h"
 
 namespace fs = std::filesystem;
 using fsdp::ckpt::Reader;
 using fsdp::ckpt::SaveOptions;
 using fsdp::ckpt::TensorPiece;
+using fsdp::testing::flip_byte;
 
 namespace {
 
@@ -93,15 +95,6 @@ Sample sample_model() {
   return s;
 }
 
-void flip_byte(const std::string& path, int64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(offset);
-  char c = 0;
-  f.read(&c, 1);
-  c ^= 0x5a;
-  f.seekp(offset);
-  f.write(&c, 1);
-}
 
 const fsdp::ckpt::PieceInfo& piece_of(const Reader& reader, const std::string& name, size_t i) {
   return reader.index().tensors[reader.index().find(name)].pieces.at(i);

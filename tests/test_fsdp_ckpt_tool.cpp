@@ -18,6 +18,7 @@
 #include <map>
 
 #include "checkpoint/atomic_file.h"
+#include "harness/file_damage.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/save.h"
@@ -267,21 +268,6 @@ TEST(FsdpCkptTool, AnOutputInsideTheInputIsRefusedAndTheCheckpointSurvives) {
   for (const auto& [name, full] : model()) EXPECT_TRUE(at::equal(reader.read_full(name), full)) << name;
 }
 
-namespace {
-
-// Flips the last byte of `path`: data, covered by a block checksum.
-void corrupt_last_byte(const std::string& path) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(-1, std::ios::end);
-  char byte = 0;
-  f.read(&byte, 1);
-  f.seekp(-1, std::ios::end);
-  byte = static_cast<char>(byte ^ 0x5a);
-  f.write(&byte, 1);
-}
-
-}  // namespace
-
 // Issue #13, points 14 and 15: given a run dir, fsdp-ckpt works on its
 // newest checkpoint that verifies (as fsdp-train --resume does), verify
 // checks every checkpoint in it, and clean removes what killed saves left.
@@ -291,7 +277,7 @@ TEST(FsdpCkptTool, ARunDirMeansItsNewestCheckpointThatVerifies) {
   fs::create_directories(run + "/checkpoints");
   save_model(run + "/checkpoint", 77);
   save_model(run + "/checkpoints/step-00000080", 80);
-  corrupt_last_byte(run + "/checkpoints/step-00000080/rank-00002-of-00003.safetensors");
+  fsdp::testing::flip_byte(run + "/checkpoints/step-00000080/rank-00002-of-00003.safetensors", -1);
   fs::create_directories(run + "/checkpoints/step-00000090.partial-1-ab");
   std::ofstream(run + "/checkpoints/step-00000090.partial-1-ab/rank-00000-of-00003.safetensors")
       << std::string(1000, 'x');

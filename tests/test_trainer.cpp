@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "fsdp/checkpoint/reader.h"
+#include "harness/file_damage.h"
 #include "harness/temp_dir.h"
 #include "harness/multiprocess.h"
 
@@ -428,17 +429,6 @@ void expect_same_checkpoint(const std::string& a_dir, const std::string& b_dir) 
   }
 }
 
-// Flips the last byte of `path`: checkpoint data, covered by a checksum.
-void corrupt_last_byte(const std::string& path) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(-1, std::ios::end);
-  char byte = 0;
-  f.read(&byte, 1);
-  f.seekp(-1, std::ios::end);
-  byte = static_cast<char>(byte ^ 0x5a);
-  f.write(&byte, 1);
-}
-
 // Issue #13, point 14: after a crash, --resume <run dir> takes the newest
 // checkpoint that verifies across checkpoint/ and checkpoints/step-*, says
 // which and why it skipped newer ones, removes what killed saves left, and
@@ -451,7 +441,7 @@ TEST(Trainer, ResumeFromACrashedRunDirTakesTheNewestCheckpointThatVerifies) {
   // The crash: no final checkpoint, the newest step checkpoint damaged, and a
   // save that never completed.
   fs::remove_all(run + "/checkpoint");
-  corrupt_last_byte(run + "/checkpoints/step-00000006/rank-00000-of-00001.safetensors");
+  fsdp::testing::flip_byte(run + "/checkpoints/step-00000006/rank-00000-of-00001.safetensors", -1);
   const std::string partial = run + "/checkpoints/step-00000008.partial-99-ab";
   fs::create_directories(partial);
   std::ofstream(partial + "/rank-00000-of-00001.safetensors") << std::string(4096, 'x');

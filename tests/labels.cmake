@@ -5,3 +5,5 @@
 # find it.
 set_tests_properties(Multihost.TwoHostNamespaces PROPERTIES LABELS "root;netns")
 set_tests_properties(Multihost.MpirunLaunch PROPERTIES LABELS "mpirun")
+set_tests_properties(Launcher.WorkerStoppedLongerThanTheTimeoutIsNamedAndTheJobEnds
+                     Launcher.WorkerContinuedInTimeIsLeftAlone PROPERTIES LABELS "signals")

@@ -8,8 +8,8 @@
 #     under the INSTALLED fsdp-run prints exactly the lines that the in-tree
 #     examples/train_mlp prints under the same launcher;
 #  3. examples/subdirectory builds libfsdp with add_subdirectory without
-#     looking for CLI11, GoogleTest or Google Benchmark, builds no tools or
-#     tests, and its program prints the same lines too.
+#     looking for CLI11, fmt, nlohmann-json, GoogleTest or Google Benchmark,
+#     builds no tools or tests, and its program prints the same lines too.
 #
 #   tests/install_check.sh SOURCE_DIR BUILD_DIR WORK_DIR
 # Environment: Torch_DIR, FSDP_DEPS_DIR, CMAKE_BUILD_TYPE (from the build's
@@ -101,7 +101,7 @@ cmake -S "$src/examples/subdirectory" -B "$work/subdirectory" -DFSDP_SOURCE_DIR=
   fail "configuring examples/subdirectory failed"
 }
 # What configuring looked for: none of the tools' or tests' dependencies.
-if found=$(grep -E '^(CLI11|GTest|GTEST|gtest|benchmark)[A-Za-z_]*(_DIR|_LIBRARY|_INCLUDE_DIR)[:=]' \
+if found=$(grep -E '^(CLI11|fmt|nlohmann_json|GTest|GTEST|gtest|benchmark)[A-Za-z_]*(_DIR|_LIBRARY|_INCLUDE_DIR)[:=]' \
   "$work/subdirectory/CMakeCache.txt"); then
   fail "add_subdirectory looked for a tool or test dependency: $found"
 fi

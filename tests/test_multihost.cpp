@@ -363,6 +363,13 @@ TEST(Multihost, TwoHostNamespaces) {
   expect_same_losses(read_losses(run_dir), expected, "two hosts over a veth pair");
 }
 
+// "mpirun (Open MPI) 5.0.7" -> 5; 0 if the output says no version.
+int openmpi_major_version(const std::string& mpirun) {
+  const Outcome o = run_one(Command{{mpirun, "--version"}, {}}, std::chrono::seconds(30));
+  const size_t at = o.output.find("(Open MPI) ");
+  return at == std::string::npos ? 0 : std::atoi(o.output.c_str() + at + 11);
+}
+
 TEST(Multihost, MpirunLaunch) {
   const std::string mpirun = require_program("mpirun", "openmpi-bin");
   TempDir tmp;
@@ -375,13 +382,20 @@ TEST(Multihost, MpirunLaunch) {
   // OMPI_COMM_WORLD_* and meets at MASTER_ADDR:MASTER_PORT).
   const std::string port = std::to_string(fsdp::testing::free_tcp_port());
   const std::string run_dir = tmp / "mpirun";
-  const Command command{
-      concat({mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca",
-              "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", "--mca",
-              "oob_tcp_if_include", "lo", "-np", "2", "-x", "MASTER_ADDR=127.0.0.1", "-x",
-              "MASTER_PORT=" + port, "-x", "OMP_NUM_THREADS=1"},
-             tiny_training(run_dir)),
-      {}};
+  Command command{{mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                   "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"},
+                  {}};
+  // OpenMPI 5 (Debian 13) wires up through PRRTE, which refuses the old
+  // oob_tcp_if_include and, in a container, finds no usable interface unless
+  // given the loopback network in its own variable.
+  if (openmpi_major_version(mpirun) >= 5) {
+    command.env["PRTE_MCA_prte_if_include"] = "127.0.0.1/8";
+  } else {
+    command.argv = concat(command.argv, {"--mca", "oob_tcp_if_include", "lo"});
+  }
+  command.argv = concat(command.argv, {"-np", "2", "-x", "MASTER_ADDR=127.0.0.1", "-x",
+                                       "MASTER_PORT=" + port, "-x", "OMP_NUM_THREADS=1"});
+  command.argv = concat(command.argv, tiny_training(run_dir));
   const Outcome o = run_one(command, kRunLimit);
   // mpirun exits 0 only when every rank did.
   ASSERT_EQ(o.exit_code, 0) << describe(command.argv, o);

@@ -9,6 +9,8 @@
 
 #include <cmath>
 
+#include "fsdp/models/gpt_size.h"
+
 namespace fsdp::models {
 
 namespace F = torch::nn::functional;
@@ -23,10 +25,7 @@ void GPTConfig::validate() const {
 }
 
 int64_t GPTConfig::num_params() const {
-  const int64_t d = d_model;
-  const int64_t per_block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) +
-                            (4 * d * d + d);
-  return vocab_size * d + context * d + n_layer * per_block + 2 * d;
+  return gpt_parameter_count<int64_t>(vocab_size, context, d_model, n_layer);
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)

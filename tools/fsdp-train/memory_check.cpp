@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "fsdp/models/gpt_size.h"
 #include "text_format.h"
 
 namespace fsdp_train {
@@ -15,12 +16,11 @@ namespace {
 constexpr double kFloatBytes = 4;
 constexpr double kVocab = 256;  // bytes
 
-// The GPT's parameter count (as GPTConfig::num_params), in double.
+// In double: absurd options give a large number, not a wrapped one.
 double parameter_count(const TrainOptions& o) {
-  const double d = static_cast<double>(o.width);
-  const double per_block = 12 * d * d + 13 * d;
-  return kVocab * d + static_cast<double>(o.context) * d +
-         static_cast<double>(o.layers) * per_block + 2 * d;
+  return fsdp::models::gpt_parameter_count<double>(kVocab, static_cast<double>(o.context),
+                                                   static_cast<double>(o.width),
+                                                   static_cast<double>(o.layers));
 }
 
 // Activations kept for backward by one micro-batch: per block about 20

@@ -1,35 +1,17 @@
 // fsdp-ckpt's commands on run directories: which checkpoint a run dir
 // means, and cleaning up after killed saves.
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/file.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <filesystem>
 #include <stdexcept>
 #include <string>
 
 #include "commands.h"
 #include "fsdp/checkpoint/run_dir.h"
+#include "run_dir_lock.h"
 
 namespace fsdp_ckpt {
-namespace {
-
-// Whether an fsdp-train run holds the run dir's lock now (see
-// [Note: one run per run dir] in tools/fsdp-train/run_dir_lock.h).
-bool run_in_progress(const std::string& dir) {
-  const std::string lock = (std::filesystem::path(dir) / ".fsdp-train.lock").string();
-  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-  ::close(fd);
-  return held;
-}
-
-}  // namespace
 
 // The checkpoint a command works on: `dir` itself, or, for a run dir, its
 // newest checkpoint that verifies (as fsdp-train --resume takes it), said on
@@ -52,7 +34,7 @@ std::string checkpoint_of(const std::string& dir) {
 }
 
 int clean(const std::string& dir) {
-  if (run_in_progress(dir)) {
+  if (fsdp::tools::RunDirLock::held_elsewhere(dir)) {
     throw std::runtime_error(fmt::format(
         "an fsdp-train run is using '{}' now; its partial save may be in progress. Run clean "
         "after it ends",

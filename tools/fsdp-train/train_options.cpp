@@ -275,11 +275,6 @@ void validate_optimizer(const TrainOptions& o, std::vector<std::string>& errors)
   require_non_negative(errors, "weight-decay", o.weight_decay, "0 turns it off");
   require_non_negative(errors, "clip", o.clip, "0 turns clipping off");
   require_non_negative(errors, "time-budget", o.time_budget, "seconds; 0 means no limit");
-  if (!(o.timeout >= 0 && o.timeout <= 86400)) {
-    errors.push_back(fmt::format("--timeout is {}; give seconds from 0 to 86400 (0: "
-                                 "FSDP_COMM_TIMEOUT if set, else 300)",
-                                 o.timeout));
-  }
 }
 
 void validate_sampling_and_output(const TrainOptions& o, std::vector<std::string>& errors) {
@@ -295,6 +290,7 @@ void validate_sampling_and_output(const TrainOptions& o, std::vector<std::string
   }
 }
 
+// The FSDP and launch options: strategy, precision, timeout.
 void validate_choices(const TrainOptions& o, std::vector<std::string>& errors) {
   if (o.strategy != "full" && o.strategy != "grad-op" && o.strategy != "none") {
     errors.push_back(fmt::format("--strategy '{}' is not one of: full (ZeRO-3), grad-op (ZeRO-2), "
@@ -304,6 +300,11 @@ void validate_choices(const TrainOptions& o, std::vector<std::string>& errors) {
   if (o.mixed_precision != "fp32" && o.mixed_precision != "bf16") {
     errors.push_back(fmt::format("--mixed-precision '{}' is not one of: fp32, bf16",
                                  o.mixed_precision));
+  }
+  if (!(o.timeout >= 0 && o.timeout <= 86400)) {
+    errors.push_back(fmt::format("--timeout is {}; give seconds from 0 to 86400 (0: "
+                                 "FSDP_COMM_TIMEOUT if set, else 300)",
+                                 o.timeout));
   }
 }
 

@@ -9,7 +9,6 @@
 #include <rapidjson/document.h>
 #include <rapidjson/prettywriter.h>
 #include <rapidjson/stringbuffer.h>
-#include <torch/optim/adamw.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,6 +26,7 @@
 #include "fsdp/introspection.h"
 #include "fsdp/models/gpt.h"
 #include "generate.h"
+#include "gpt_setup.h"
 #include "lr_schedule.h"
 #include "metrics_log.h"
 #include "output_file.h"
@@ -46,40 +46,6 @@ using fsdp::models::GPTConfig;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-GPTConfig model_config(const TrainOptions& o) {
-  GPTConfig config;
-  config.context = o.context;
-  config.d_model = o.width;
-  config.n_layer = o.layers;
-  config.n_head = o.heads;
-  config.shard_blocks = true;  // each block its own FSDP unit
-  return config;
-}
-
-// AdamW with decoupled weight decay on the matrices only: biases and
-// LayerNorm parameters are not decayed. Parameters are 1-D shards by now, so
-// the choice goes by name (fully_shard keeps the original names).
-std::unique_ptr<torch::optim::AdamW> make_optimizer(fsdp::Sharded<GPT>& model,
-                                                    const TrainOptions& o) {
-  std::vector<at::Tensor> decay, no_decay;
-  for (const auto& item : model->named_parameters()) {
-    const std::string& name = item.key();
-    const bool is_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-    const bool is_norm = name.find("ln") != std::string::npos;
-    (is_weight && !is_norm ? decay : no_decay).push_back(item.value());
-  }
-  auto options = [&o](double weight_decay) {
-    auto opts = std::make_unique<torch::optim::AdamWOptions>(o.lr);
-    opts->betas(std::make_tuple(0.9, 0.95)).eps(1e-8).weight_decay(weight_decay);
-    return opts;
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, options(o.weight_decay));
-  groups.emplace_back(no_decay, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(std::move(groups),
-                                               torch::optim::AdamWOptions(o.lr));
 }
 
 // What the loop leaves for the summary.
@@ -158,7 +124,7 @@ class Trainer {
   std::optional<fsdp::Sharded<GPT>> model_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::string run_dir_;
-  RunDirLock run_dir_lock_;             // rank 0 only
+  fsdp::tools::RunDirLock run_dir_lock_;  // rank 0 only
   fsdp::ckpt::CleanReport cleaned_;     // rank 0 only: partial saves removed at start
   std::optional<MetricsLog> metrics_;   // rank 0 only
   std::vector<int64_t> sharded_bytes_;  // per rank, as built

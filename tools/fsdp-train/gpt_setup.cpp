@@ -1,0 +1,46 @@
+#include "gpt_setup.h"
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace fsdp_train {
+
+using fsdp::models::GPT;
+using fsdp::models::GPTConfig;
+
+GPTConfig model_config(const TrainOptions& o) {
+  GPTConfig config;
+  config.context = o.context;
+  config.d_model = o.width;
+  config.n_layer = o.layers;
+  config.n_head = o.heads;
+  config.shard_blocks = true;  // each block its own FSDP unit
+  return config;
+}
+
+// AdamW with decoupled weight decay on the matrices only: biases and
+// LayerNorm parameters are not decayed. Parameters are 1-D shards by now, so
+// the choice goes by name (fully_shard keeps the original names).
+std::unique_ptr<torch::optim::AdamW> make_optimizer(fsdp::Sharded<GPT>& model,
+                                                    const TrainOptions& o) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& item : model->named_parameters()) {
+    const std::string& name = item.key();
+    const bool is_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+    const bool is_norm = name.find("ln") != std::string::npos;
+    (is_weight && !is_norm ? decay : no_decay).push_back(item.value());
+  }
+  auto options = [&o](double weight_decay) {
+    auto opts = std::make_unique<torch::optim::AdamWOptions>(o.lr);
+    opts->betas(std::make_tuple(0.9, 0.95)).eps(1e-8).weight_decay(weight_decay);
+    return opts;
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(o.weight_decay));
+  groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(std::move(groups),
+                                               torch::optim::AdamWOptions(o.lr));
+}
+
+}  // namespace fsdp_train

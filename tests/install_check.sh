@@ -94,6 +94,9 @@ diff -u "$work/intree.lines" "$work/consumer-run.lines" ||
 
 echo "== 3. examples/subdirectory (add_subdirectory)"
 sub_args=()
+# A fresh cache, so the check below sees what configuring looks for now, not
+# entries an earlier run left (the objects are kept; only configuring reruns).
+rm -f "$work/subdirectory/CMakeCache.txt"
 [[ -n "${FSDP_DEPS_DIR:-}" ]] && sub_args+=(-DFSDP_DEPS_DIR="$FSDP_DEPS_DIR")
 cmake -S "$src/examples/subdirectory" -B "$work/subdirectory" -DFSDP_SOURCE_DIR="$src" \
   "${cmake_args[@]}" "${sub_args[@]}" >"$work/subdirectory-configure.log" || {

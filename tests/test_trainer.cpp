@@ -4,178 +4,34 @@
 
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdlib.h>
-#include <sys/file.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "fsdp/checkpoint/reader.h"
-#include "harness/file_damage.h"
-#include "harness/temp_dir.h"
-#include "harness/multiprocess.h"
-
-extern char** environ;
+#include "harness/trainer_runs.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using fsdp::testing::ProcessResult;
-using fsdp::testing::run_processes;
 
-const std::string kTrainer = FSDP_BIN_DIR "/fsdp-train";
-// Upper bounds on runs that should end long before them; never a speed test.
-constexpr auto kRunLimit = 180s;
-
-// A model small enough that a step takes milliseconds, on the default corpus.
-std::vector<std::string> tiny(std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"--layers", "2",          "--width", "32",
-                                   "--heads",  "2",          "--context", "32",
-                                   "--batch",  "8",          "--eval-batches", "1",
-                                   "--warmup", "2",          "--lr", "1e-2"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
-std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-class TempDir : public fsdp::testing::TempDir {
- public:
-  TempDir() : fsdp::testing::TempDir("fsdp_trainer") {}
-};
-
-// Runs fsdp-train with no launcher environment (one rank, standalone).
-ProcessResult run_alone(const std::vector<std::string>& args) {
-  // Everything the child needs is built before fork(): it only execs.
-  std::vector<std::string> strings{kTrainer};
-  strings.insert(strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::string name = entry.substr(0, entry.find('='));
-    const bool launcher = name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" ||
-                          name == "LOCAL_WORLD_SIZE" || name == "OMPI_COMM_WORLD_RANK" ||
-                          name == "SLURM_PROCID" || name == "OMP_NUM_THREADS";
-    if (!launcher) env_strings.push_back(entry);
-  }
-  env_strings.push_back("OMP_NUM_THREADS=1");  // as run_ranks: no oversubscribed cores
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    ::execve(kTrainer.c_str(), argv.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  ProcessResult result{0, 0, 0, ""};
-  const auto deadline = std::chrono::steady_clock::now() + kRunLimit;
-  char buffer[4096];
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      ::kill(pid, SIGKILL);
-      result.output += "\n[test: killed after the time limit]\n";
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000))) <= 0) continue;
-    const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
-    if (n <= 0) break;
-    result.output.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) {
-    result.exit_code = WEXITSTATUS(status);
-  } else {
-    result.exit_code = -1;
-    result.term_signal = WTERMSIG(status);
-  }
-  return result;
-}
+using TempDir = fsdp::testing::TrainerTempDir;
+using namespace fsdp::testing;  // tiny, run_alone, read_metrics...
 
 std::vector<ProcessResult> run_ranks(const std::vector<std::string>& args, int world_size) {
-  return run_processes(kTrainer, args, world_size, kRunLimit, {{"OMP_NUM_THREADS", "1"}});
-}
-
-std::string describe(const std::vector<ProcessResult>& results) {
-  std::ostringstream out;
-  for (const auto& r : results) {
-    out << "--- rank " << r.rank << ": exit " << r.exit_code << " signal " << r.term_signal
-        << "\n" << r.output << "\n";
-  }
-  return out.str();
-}
-
-void expect_all_ok(const std::vector<ProcessResult>& results) {
-  for (const auto& r : results) {
-    ASSERT_EQ(r.exit_code, 0) << describe(results);
-  }
-}
-
-std::vector<nlohmann::json> read_metrics(const std::string& run_dir) {
-  std::ifstream in(fs::path(run_dir) / "metrics.jsonl");
-  std::vector<nlohmann::json> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  }
-  return lines;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The metrics of `steps` (1-based step numbers), keyed by step.
-std::map<int64_t, nlohmann::json> by_step(const std::vector<nlohmann::json>& lines) {
-  std::map<int64_t, nlohmann::json> out;
-  for (const auto& j : lines) out[j.at("step").get<int64_t>()] = j;
-  return out;
-}
-
-void expect_close(double a, double b, double rel, const std::string& what) {
-  EXPECT_LE(std::fabs(a - b), rel * std::max(std::fabs(a), std::fabs(b)))
-      << what << ": " << a << " vs " << b;
+  return run_trainer_ranks(args, world_size);
 }
 
 // ---------------------------------------------------------------------------
@@ -342,54 +198,6 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
   EXPECT_FALSE(fs::exists(tmp / "never"));
 }
 
-// Issue #13, point 4 ([Note: one run per run dir]): a second run into a run
-// dir in use is refused before it writes anything there, naming the holder.
-TEST(Trainer, ASecondRunIntoABusyRunDirIsRefusedNamingTheHolder) {
-  TempDir tmp;
-  const std::string run_dir = tmp / "run";
-  fs::create_directories(run_dir);
-  // Stands in for a run in progress: holds the lock as fsdp-train does.
-  const std::string lock_file = run_dir + "/.fsdp-train.lock";
-  const int fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT, 0644);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
-  const std::string holder = "pid 4242 on elsewhere\n";
-  ASSERT_EQ(::write(fd, holder.data(), holder.size()), static_cast<ssize_t>(holder.size()));
-
-  const auto args = tiny({"--steps", "2", "--run-dir", run_dir});
-  const auto busy = run_alone(args);
-  EXPECT_EQ(busy.exit_code, 1) << busy.output;
-  EXPECT_NE(busy.output.find("run dir '" + run_dir +
-                             "' is in use by another fsdp-train run (pid 4242 on elsewhere)"),
-            std::string::npos)
-      << busy.output;
-  EXPECT_FALSE(fs::exists(run_dir + "/metrics.jsonl"));
-  EXPECT_FALSE(fs::exists(run_dir + "/checkpoint"));
-
-  ::close(fd);  // that run ended: the lock goes with it, however it ended
-  const auto after = run_alone(args);
-  EXPECT_EQ(after.exit_code, 0) << after.output;
-  EXPECT_EQ(read_metrics(run_dir).size(), 2u);
-}
-
-// Issue #13, point 10 ([Note: a failed write is an error]): a run output
-// that cannot be written stops the run, naming the file and the reason, and
-// never leaves a cut line behind while training goes on. /dev/full fails
-// every write with ENOSPC, as a full disk does.
-TEST(Trainer, AFullDiskUnderTheMetricsStopsTheRunNamingTheFile) {
-  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine";
-  TempDir tmp;
-  const std::string run_dir = tmp / "run";
-  fs::create_directories(run_dir);
-  fs::create_symlink("/dev/full", run_dir + "/metrics.jsonl");
-  const auto r = run_alone(tiny({"--steps", "3", "--run-dir", run_dir}));
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("writing '" + run_dir + "/metrics.jsonl' failed: No space left on device"),
-            std::string::npos)
-      << r.output;
-  EXPECT_FALSE(fs::exists(run_dir + "/checkpoint")) << "the run went on after the failed write";
-}
-
 TEST(Trainer, HelpDocumentsEveryOptionWithItsDefault) {
   const auto r = run_alone({"--help"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -427,46 +235,6 @@ void expect_same_checkpoint(const std::string& a_dir, const std::string& b_dir) 
   for (const auto& name : a.names()) {
     EXPECT_TRUE(at::equal(a.read_full(name), b.read_full(name))) << name;
   }
-}
-
-// Issue #13, point 14: after a crash, --resume <run dir> takes the newest
-// checkpoint that verifies across checkpoint/ and checkpoints/step-*, says
-// which and why it skipped newer ones, removes what killed saves left, and
-// --keep-last bounds the step checkpoints kept.
-TEST(Trainer, ResumeFromACrashedRunDirTakesTheNewestCheckpointThatVerifies) {
-  TempDir tmp;
-  const std::string run = tmp / "run";
-  const auto common = tiny({"--sample-bytes", "0", "--eval-every", "0"});
-  ASSERT_EQ(run_alone(concat(common, {"--steps", "6", "--save-every", "2", "--run-dir", run})).exit_code, 0);
-  // The crash: no final checkpoint, the newest step checkpoint damaged, and a
-  // save that never completed.
-  fs::remove_all(run + "/checkpoint");
-  fsdp::testing::flip_byte(run + "/checkpoints/step-00000006/rank-00000-of-00001.safetensors", -1);
-  const std::string partial = run + "/checkpoints/step-00000008.partial-99-ab";
-  fs::create_directories(partial);
-  std::ofstream(partial + "/rank-00000-of-00001.safetensors") << std::string(4096, 'x');
-
-  const auto resumed = run_alone(concat(common, {"--steps", "10", "--save-every", "2",
-                                                 "--keep-last", "2", "--resume", run,
-                                                 "--run-dir", run}));
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("resume    " + run + "/checkpoints/step-00000004 at step 4"),
-            std::string::npos)
-      << resumed.output;
-  EXPECT_NE(resumed.output.find("skipped (did not verify) " + run + "/checkpoints/step-00000006"),
-            std::string::npos)
-      << resumed.output;
-  EXPECT_NE(resumed.output.find("cleaned   " + partial), std::string::npos) << resumed.output;
-  EXPECT_FALSE(fs::exists(partial));
-  // --keep-last 2: the two newest step checkpoints, and the final one.
-  std::vector<std::string> kept;
-  for (const auto& entry : fs::directory_iterator(run + "/checkpoints")) {
-    kept.push_back(entry.path().filename().string());
-  }
-  std::sort(kept.begin(), kept.end());
-  EXPECT_EQ(kept, (std::vector<std::string>{"step-00000008", "step-00000010"}));
-  EXPECT_EQ(fsdp::ckpt::Reader::open(run + "/checkpoint").step(), 10);
-  EXPECT_EQ(by_step(read_metrics(run)).size(), 10u);
 }
 
 TEST(Trainer, ResumeContinuesBitwiseOnTheSameWorldSizeAndCloselyOnAnother) {

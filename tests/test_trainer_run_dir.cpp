@@ -1,0 +1,114 @@
+// fsdp-train and its run dir under faults (issue #13): a second run into a
+// dir in use, a full disk under the metrics, and resuming after a crash.
+// Run as a real program, as in test_trainer.cpp.
+
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fsdp/checkpoint/reader.h"
+#include "harness/file_damage.h"
+#include "harness/trainer_runs.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using TempDir = fsdp::testing::TrainerTempDir;
+using namespace fsdp::testing;  // tiny, run_alone, read_metrics...
+
+// Issue #13, point 4 ([Note: one run per run dir]): a second run into a run
+// dir in use is refused before it writes anything there, naming the holder.
+TEST(Trainer, ASecondRunIntoABusyRunDirIsRefusedNamingTheHolder) {
+  TempDir tmp;
+  const std::string run_dir = tmp / "run";
+  fs::create_directories(run_dir);
+  // Stands in for a run in progress: holds the lock as fsdp-train does.
+  const std::string lock_file = run_dir + "/.fsdp-train.lock";
+  const int fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::string holder = "pid 4242 on elsewhere\n";
+  ASSERT_EQ(::write(fd, holder.data(), holder.size()), static_cast<ssize_t>(holder.size()));
+
+  const auto args = tiny({"--steps", "2", "--run-dir", run_dir});
+  const auto busy = run_alone(args);
+  EXPECT_EQ(busy.exit_code, 1) << busy.output;
+  EXPECT_NE(busy.output.find("run dir '" + run_dir +
+                             "' is in use by another fsdp-train run (pid 4242 on elsewhere)"),
+            std::string::npos)
+      << busy.output;
+  EXPECT_FALSE(fs::exists(run_dir + "/metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(run_dir + "/checkpoint"));
+
+  ::close(fd);  // that run ended: the lock goes with it, however it ended
+  const auto after = run_alone(args);
+  EXPECT_EQ(after.exit_code, 0) << after.output;
+  EXPECT_EQ(read_metrics(run_dir).size(), 2u);
+}
+
+// Issue #13, point 10 ([Note: a failed write is an error]): a run output
+// that cannot be written stops the run, naming the file and the reason, and
+// never leaves a cut line behind while training goes on. /dev/full fails
+// every write with ENOSPC, as a full disk does.
+TEST(Trainer, AFullDiskUnderTheMetricsStopsTheRunNamingTheFile) {
+  ASSERT_TRUE(fs::exists("/dev/full")) << "Linux provides /dev/full; this test needs it";
+  TempDir tmp;
+  const std::string run_dir = tmp / "run";
+  fs::create_directories(run_dir);
+  fs::create_symlink("/dev/full", run_dir + "/metrics.jsonl");
+  const auto r = run_alone(tiny({"--steps", "3", "--run-dir", run_dir}));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("writing '" + run_dir + "/metrics.jsonl' failed: No space left on device"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(run_dir + "/checkpoint")) << "the run went on after the failed write";
+}
+
+// Issue #13, point 14: after a crash, --resume <run dir> takes the newest
+// checkpoint that verifies across checkpoint/ and checkpoints/step-*, says
+// which and why it skipped newer ones, removes what killed saves left, and
+// --keep-last bounds the step checkpoints kept.
+TEST(Trainer, ResumeFromACrashedRunDirTakesTheNewestCheckpointThatVerifies) {
+  TempDir tmp;
+  const std::string run = tmp / "run";
+  const auto common = tiny({"--sample-bytes", "0", "--eval-every", "0"});
+  ASSERT_EQ(run_alone(concat(common, {"--steps", "6", "--save-every", "2", "--run-dir", run})).exit_code, 0);
+  // The crash: no final checkpoint, the newest step checkpoint damaged, and a
+  // save that never completed.
+  fs::remove_all(run + "/checkpoint");
+  fsdp::testing::flip_byte(run + "/checkpoints/step-00000006/rank-00000-of-00001.safetensors", -1);
+  const std::string partial = run + "/checkpoints/step-00000008.partial-99-ab";
+  fs::create_directories(partial);
+  std::ofstream(partial + "/rank-00000-of-00001.safetensors") << std::string(4096, 'x');
+
+  const auto resumed = run_alone(concat(common, {"--steps", "10", "--save-every", "2",
+                                                 "--keep-last", "2", "--resume", run,
+                                                 "--run-dir", run}));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resume    " + run + "/checkpoints/step-00000004 at step 4"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("skipped (did not verify) " + run + "/checkpoints/step-00000006"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("cleaned   " + partial), std::string::npos) << resumed.output;
+  EXPECT_FALSE(fs::exists(partial));
+  // --keep-last 2: the two newest step checkpoints, and the final one.
+  std::vector<std::string> kept;
+  for (const auto& entry : fs::directory_iterator(run + "/checkpoints")) {
+    kept.push_back(entry.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"step-00000008", "step-00000010"}));
+  EXPECT_EQ(fsdp::ckpt::Reader::open(run + "/checkpoint").step(), 10);
+  EXPECT_EQ(by_step(read_metrics(run)).size(), 10u);
+}
+
+}  // namespace

@@ -19,6 +19,8 @@ void GPTConfig::validate() const {
   TORCH_CHECK(vocab_size > 0 && context > 0 && d_model > 0 && n_layer > 0 && n_head > 0,
               "fsdp: gpt: every size must be positive (vocab ", vocab_size, ", context ", context,
               ", d_model ", d_model, ", n_layer ", n_layer, ", n_head ", n_head, ")");
+  TORCH_CHECK(checkpoint_every >= 0, "fsdp: gpt: checkpoint_every is ", checkpoint_every,
+              "; use 0 for no activation checkpointing, 1 for every block, N for every Nth");
   TORCH_CHECK(d_model % n_head == 0, "fsdp: gpt: d_model ", d_model, " is not divisible by n_head ",
               n_head, "; pick a head count that divides the width (e.g. ", d_model / 32 > 0 ? d_model / 32 : 1,
               ")");
@@ -80,8 +82,13 @@ GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
   wpe_ = register_module("wpe", torch::nn::Embedding(config.context, config.d_model));
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.n_layer; ++i) {
+    const bool checkpointed = config.checkpoint_every > 0 && i % config.checkpoint_every == 0;
     if (config.shard_blocks) {
-      blocks_->push_back(fsdp::Sharded<Block>(config));
+      fsdp::Sharded<Block> unit(config);
+      unit->set_activation_checkpointing(checkpointed);
+      blocks_->push_back(unit);
+    } else if (checkpointed) {
+      blocks_->push_back(fsdp::Checkpointed<Block>(config));
     } else {
       blocks_->push_back(Block(config));
     }
@@ -108,6 +115,8 @@ at::Tensor GPTImpl::forward(const at::Tensor& tokens) {
   for (const auto& module : *blocks_) {
     if (auto* unit = module->as<fsdp::ShardedImpl<BlockImpl>>()) {
       x = unit->forward(x);
+    } else if (auto* checkpointed = module->as<fsdp::CheckpointedImpl<BlockImpl>>()) {
+      x = checkpointed->forward(x);
     } else {
       x = module->as<BlockImpl>()->forward(x);
     }

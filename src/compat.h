@@ -7,6 +7,8 @@
 //     the same virtual collectives we call, so we name the base C10dBackend.
 //   storage resizing: done through the StorageImpl's own allocator, which
 //     both versions expose (set_data_ptr_noswap + set_nbytes).
+//   c10::Allocator: 2.3+ made allocate() non-const and added a pure virtual
+//     copy_data(); see FSDP_ALLOCATOR_2_3.
 //   TCPStore server: 2.4+ defaults to the libuv server, which builds without
 //     libuv (Debian's) refuse; see use_classic_tcpstore_server.
 
@@ -26,6 +28,12 @@
 
 #if defined(FSDP_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define FSDP_ALLOCATOR_2_3 1
+#else
+#define FSDP_ALLOCATOR_2_3 0
 #endif
 
 namespace fsdp::compat {

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "fsdp/checkpointed.h"
 #include "unit_name.h"
 
 namespace fsdp::detail {
@@ -26,7 +27,10 @@ class Walker {
   explicit Walker(const IgnoredSet& ignored) : ignored_(ignored) {}
   DiscoveredModel model;
 
-  void visit(torch::nn::Module& module, const std::string& path, size_t owner) {
+  // `checkpointed`: the path of the checkpointed module or unit this module
+  // is inside, if any.
+  void visit(torch::nn::Module& module, const std::string& path, size_t owner,
+             const c10::optional<std::string>& checkpointed = c10::nullopt) {
     for (const auto& param : module.named_parameters(/*recurse=*/false)) {
       if (ignored_.params.count(param.value().unsafeGetTensorImpl())) {
         model.ignored_param_names.push_back(join(path, param.key()));
@@ -49,12 +53,17 @@ class Walker {
         continue;
       }
       size_t child_owner = owner;
+      c10::optional<std::string> child_checkpointed = checkpointed;
       if (auto* unit = dynamic_cast<UnitModule*>(child.value().get())) {
         TORCH_CHECK(!unit->is_sharded(), "fsdp: unit '", child_path,
                     "' is already sharded (by another fully_shard call); wrap each module once");
+        if (checkpointed) refuse_unit_in_checkpoint(child_path, *checkpointed);
         child_owner = add_unit(unit, child_path);
+        if (unit->activation_checkpointing()) child_checkpointed = child_path;
+      } else if (dynamic_cast<CheckpointedModule*>(child.value().get()) && !checkpointed) {
+        child_checkpointed = child_path;
       }
-      visit(*child.value(), child_path, child_owner);
+      visit(*child.value(), child_path, child_owner, child_checkpointed);
     }
   }
 
@@ -66,6 +75,14 @@ class Walker {
   }
 
  private:
+  static void refuse_unit_in_checkpoint(const std::string& unit, const std::string& checkpointed) {
+    TORCH_CHECK(false, "fsdp: unit '", unit, "' is inside the checkpointed module '",
+                display_name(checkpointed),
+                "'; running it again in backward would run a unit's forward inside backward. "
+                "Checkpoint the inner units instead (set_activation_checkpointing(true) on each, "
+                "or fsdp::Checkpointed<M> inside them), or do not make '", unit, "' a unit");
+  }
+
   bool is_ignored(const torch::nn::Module& module) const {
     if (ignored_.modules.count(&module)) return true;
     const auto* unit = dynamic_cast<const UnitModule*>(&module);
@@ -108,7 +125,8 @@ DiscoveredModel discover_units(UnitModule& root, const IgnoredSet& ignored) {
               "do not call fully_shard");
   Walker walker(ignored);
   walker.add_unit(&root, "");
-  walker.visit(root, "", 0);
+  walker.visit(root, "", 0,
+               root.activation_checkpointing() ? c10::optional<std::string>("") : c10::nullopt);
   return std::move(walker.model);
 }
 

@@ -1,7 +1,5 @@
 #include <c10/util/Exception.h>
 
-#include <ostream>
-
 #include "fsdp/sharded.h"
 #include "root_state.h"
 #include "unit_module_access.h"
@@ -10,29 +8,7 @@
 namespace fsdp {
 
 UnitModule::UnitModule(std::shared_ptr<torch::nn::Module> inner)
-    : torch::nn::Module("fsdp::Sharded"), inner_(std::move(inner)) {
-  TORCH_CHECK(inner_, "fsdp::Sharded needs a module to wrap, got an empty holder");
-  // Mirror the wrapped module's direct members under their own names, so
-  // named_parameters() of any enclosing module is unchanged by the wrapper.
-  for (const auto& child : inner_->named_children()) register_module(child.key(), child.value());
-  for (const auto& param : inner_->named_parameters(/*recurse=*/false)) {
-    register_parameter(param.key(), param.value(), param.value().requires_grad());
-  }
-  for (const auto& buffer : inner_->named_buffers(/*recurse=*/false)) {
-    register_buffer(buffer.key(), buffer.value());
-  }
-}
-
-void UnitModule::train(bool on) {
-  torch::nn::Module::train(on);
-  inner_->train(on);  // the wrapped module is not a child; keep its flag in step
-}
-
-void UnitModule::pretty_print(std::ostream& stream) const {
-  stream << "fsdp::Sharded(";
-  inner_->pretty_print(stream);
-  stream << ")";
-}
+    : ModuleWrapper("fsdp::Sharded", std::move(inner)) {}
 
 namespace {
 

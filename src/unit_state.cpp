@@ -25,8 +25,9 @@ void UnitState::pre_forward(TensorRefs& inputs) {
   RootState& root = *root_;
   const std::string& name = display_name(config_.name);
   TORCH_CHECK(!root.in_backward(), "fsdp: forward of unit '", name,
-              "' was called during backward; running forward inside backward (e.g. re-entrant "
-              "activation checkpointing across units) is not supported");
+              "' was called during backward, which is not supported. Activation checkpointing "
+              "of a module that holds units does this: checkpoint the inner units instead "
+              "(set_activation_checkpointing(true) on each)");
   TORCH_CHECK(state_ != TrainingState::kSummonFullParams, "fsdp: forward of unit '", name,
               "' was called inside summon_full_params; run forward after the "
               "fsdp::SummonFullParams guard is gone");

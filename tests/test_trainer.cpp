@@ -151,6 +151,37 @@ TEST(Trainer, EveryStrategyAndPolicyTrainsLikeTheReference) {
   }
 }
 
+// Recomputing activations changes what is kept, not what is computed: the
+// loss curve is the one without checkpointing, on one rank and on two.
+TEST(Trainer, ActivationCheckpointingTrainsTheSameLossCurve) {
+  TempDir tmp;
+  const auto common = tiny({"--steps", "4", "--sample-bytes", "0", "--eval-every", "2"});
+  const auto reference = run_alone(concat(common, {"--run-dir", tmp / "reference"}));
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto expected = read_metrics(tmp / "reference");
+  for (const std::string setting : {"all", "every-2"}) {
+    SCOPED_TRACE(setting);
+    const std::string one = tmp / ("one-" + setting), two = tmp / ("two-" + setting);
+    const auto alone = run_alone(concat(common, {"--activation-checkpointing", setting, "--run-dir", one}));
+    ASSERT_EQ(alone.exit_code, 0) << alone.output;
+    EXPECT_NE(alone.output.find("activation checkpointing " + setting), std::string::npos) << alone.output;
+    EXPECT_NE(read_text(one + "/config.json").find("\"activation_checkpointing\": \"" + setting + "\""),
+              std::string::npos);
+    expect_all_ok(run_ranks(concat(common, {"--activation-checkpointing", setting, "--run-dir", two}), 2));
+    const auto got_one = read_metrics(one), got_two = read_metrics(two);
+    ASSERT_EQ(got_one.size(), expected.size());
+    ASSERT_EQ(got_two.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const std::string step = "step " + std::to_string(i + 1);
+      // One rank: the same arithmetic, so the same bits.
+      EXPECT_EQ(got_one[i].at("loss").get<double>(), expected[i].at("loss").get<double>()) << step;
+      EXPECT_EQ(got_one[i].at("grad_norm").get<double>(), expected[i].at("grad_norm").get<double>()) << step;
+      expect_close(got_two[i].at("loss"), expected[i].at("loss"), 1e-4, step + " loss on 2 ranks");
+    }
+    EXPECT_EQ(got_one.back().at("val_loss").get<double>(), expected.back().at("val_loss").get<double>());
+  }
+}
+
 struct BadInput {
   std::vector<std::string> args;
   int world_size;
@@ -173,6 +204,8 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
       {{"--micro-batch", "3"}, 2, "--micro-batch 3 does not divide the per-rank batch 16"},
       {{"--resume", "/nonexistent/run"}, 2, "--resume '/nonexistent/run' does not exist"},
       {{"--timeout", "-1"}, 1, "--timeout is -1; give seconds from 0 to 86400"},
+      {{"--activation-checkpointing", "every-0"}, 2,
+       "--activation-checkpointing 'every-0' is not one of: none, all, every-N"},
       // Issue #13, point 11: refused before anything is allocated.
       {{"--width", "65536", "--heads", "4"}, 1, "the model does not fit: --layers 4 --width 65536"},
       {{"--layers", "99999999"}, 2, "the model does not fit: --layers 99999999"},

@@ -24,4 +24,8 @@ void register_memory_suite(CLI::App& app);
 // `fsdp-bench checkpoint`: sharded save and load MB/s vs raw disk writes.
 void register_checkpoint_suite(CLI::App& app);
 
+// `fsdp-bench activations`: peak memory and step time with activation
+// checkpointing off, every other block, every block.
+void register_activations_suite(CLI::App& app);
+
 }  // namespace fsdp::bench

@@ -5,6 +5,8 @@
 //   fsdp/comm/launch_env.h     rank and world from torchrun/mpirun/srun env
 //   fsdp/options.h             FullyShardOptions and its policies
 //   fsdp/sharded.h             fsdp::Sharded<M>: marks a unit in a model
+//   fsdp/checkpointed.h        fsdp::Checkpointed<M>: activation checkpointing
+//   fsdp/cpu_allocation_counter.h  live and peak bytes of CPU tensor memory
 //   fsdp/fully_shard.h         fully_shard(), no_sync
 //   fsdp/clip_grad.h           clip_grad_norm_ across shards
 //   fsdp/summon_full_params.h  full parameters outside training (scoped guard)
@@ -27,9 +29,11 @@
 #include "fsdp/checkpoint/save.h"
 #include "fsdp/checkpoint/strict_check.h"
 #include "fsdp/checkpoint/training_state.h"
+#include "fsdp/checkpointed.h"
 #include "fsdp/clip_grad.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
+#include "fsdp/cpu_allocation_counter.h"
 #include "fsdp/deferred_init.h"
 #include "fsdp/error_message.h"
 #include "fsdp/fully_shard.h"

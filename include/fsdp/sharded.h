@@ -7,24 +7,21 @@
 //   };
 //   auto model = fsdp::fully_shard(GPT(config), options);  // the root unit
 //
-// C++ modules have no forward hooks and forward is not virtual, so the unit
-// boundary has to be a module of its own. Sharded<M> wraps an M and has
-// exactly M's forward signature, so it drops into Sequential, ModuleList or a
-// plain member. It registers M's children, parameters and buffers under their
-// own names, so named_parameters() reads as if the wrapper were not there.
+// Sharded<M> wraps an M and has exactly M's forward signature (see
+// fsdp/module_wrapper.h), so it drops into Sequential, ModuleList or a plain
+// member, and named_parameters() reads as if the wrapper were not there.
 //
 // Until fully_shard() reaches it, a Sharded<M> is a plain pass-through; the
 // same model class therefore serves as the single-process reference.
 
-#include <torch/nn/module.h>
-#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/pimpl.h>
 
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
+#include "fsdp/checkpoint.h"
+#include "fsdp/module_wrapper.h"
 #include "fsdp/options.h"
 #include "fsdp/tensor_walk.h"
 
@@ -37,12 +34,10 @@ class UnitModuleAccess;
 }
 
 // The non-template part of every Sharded<M>.
-class UnitModule : public torch::nn::Module {
+class UnitModule : public ModuleWrapper {
  public:
   // True once fully_shard has sharded this unit.
   bool is_sharded() const { return state_ != nullptr; }
-  // The wrapped module.
-  const std::shared_ptr<torch::nn::Module>& wrapped() const { return inner_; }
   // Per-unit overrides of the root's options, read and checked by
   // fully_shard; set them before calling it.
   void set_unit_options(UnitOptions options) { unit_options_ = std::move(options); }
@@ -68,17 +63,23 @@ class UnitModule : public torch::nn::Module {
   // fully_shard time turns it on too. See [Note: execution order validation].
   void set_validate_execution_order(bool every_step);
 
-  void train(bool on = true) override;
-  void pretty_print(std::ostream& stream) const override;
+  // Activation checkpointing of this unit: forward keeps only the unit's
+  // inputs, and backward runs the forward again, on the parameters its
+  // all-gather brings back anyway. Takes effect from the next forward, with
+  // or without fully_shard. A unit that holds other units cannot be
+  // checkpointed (fully_shard says so). See docs/activation-checkpointing.md.
+  void set_activation_checkpointing(bool on) { checkpoint_activations_ = on; }
+  bool activation_checkpointing() const { return checkpoint_activations_; }
 
  protected:
   explicit UnitModule(std::shared_ptr<torch::nn::Module> inner);
-  // Runs impl.forward(args...) between the unit's pre- and post-forward
-  // (a plain call until fully_shard reaches this unit).
+  // Runs impl->forward(args...) between the unit's pre- and post-forward
+  // (a plain call until fully_shard reaches this unit), checkpointed if set.
   template <class R, class Impl, class... Args>
-  R run_forward(Impl& impl, Args&&... args);
-
-  std::shared_ptr<torch::nn::Module> inner_;
+  R run_forward(const std::shared_ptr<Impl>& impl, Args&&... args) {
+    return run_unit<R>([impl](auto&&... a) -> R { return impl->forward(std::forward<decltype(a)>(a)...); },
+                       std::forward<Args>(args)...);
+  }
 
  private:
   friend class detail::UnitModuleAccess;
@@ -87,93 +88,43 @@ class UnitModule : public torch::nn::Module {
   void before_forward(detail::TensorRefs& inputs);
   void after_forward(detail::TensorRefs& outputs);
 
+  // fn(args...) between the unit's pre- and post-forward.
+  template <class R, class Fn, class... Args>
+  R run_unit(Fn fn, Args&&... args);
+  // fn(args...), checkpointed when set.
+  template <class R, class Fn, class... Args>
+  R call_checkpointed(Fn& fn, Args&&... args) {
+    if (!checkpoint_activations_) return fn(std::forward<Args>(args)...);
+    return detail::checkpoint_call<R>(has_trainable_params(), fn, std::forward<Args>(args)...);
+  }
+
   std::shared_ptr<detail::UnitState> state_;           // set by fully_shard
   std::shared_ptr<detail::RootState> root_state_;      // on the root only
   UnitOptions unit_options_;
+  bool checkpoint_activations_ = false;
 };
 
-template <class R, class Impl, class... Args>
-R UnitModule::run_forward(Impl& impl, Args&&... args) {
-  if (!is_sharded()) return impl.forward(std::forward<Args>(args)...);
+template <class R, class Fn, class... Args>
+R UnitModule::run_unit(Fn fn, Args&&... args) {
+  if (!is_sharded()) return call_checkpointed<R>(fn, std::forward<Args>(args)...);
   std::tuple<std::decay_t<Args>...> local(std::forward<Args>(args)...);
   detail::TensorRefs inputs;
   detail::collect_tensors(inputs, local);
   before_forward(inputs);
-  R out = std::apply([&impl](auto&... a) -> R { return impl.forward(a...); }, local);
+  R out = std::apply([this, &fn](auto&... a) -> R { return call_checkpointed<R>(fn, a...); }, local);
   detail::TensorRefs outputs;
   detail::collect_tensors(outputs, out);
   after_forward(outputs);
   return out;
 }
 
-// The forward a unit wrapping an Impl exposes, as a member-function pointer
-// type. By default Impl::forward itself; when that is overloaded or a
-// template, there is no one signature to copy (NoSingleForward), except for
-// LibTorch's Sequential, whose units take and return one tensor, its common
-// use. For another such module, specialize this trait, or name the
-// signature: fsdp::ShardedImpl<M, at::Tensor (M::*)(const at::Tensor&)>.
-struct NoSingleForward {};
-template <class Impl, class = void>
-struct unit_forward {
-  using type = NoSingleForward;
-};
-template <class Impl>
-struct unit_forward<Impl, std::void_t<decltype(&Impl::forward)>> {
-  using type = decltype(&Impl::forward);
-};
-template <>
-struct unit_forward<torch::nn::SequentialImpl> {
-  using type = at::Tensor (torch::nn::SequentialImpl::*)(const at::Tensor&);
-};
-
+// A unit wrapping an Impl, with Impl's forward signature. When Impl::forward
+// is overloaded or a template, name the one to use:
+// fsdp::ShardedImpl<M, at::Tensor (M::*)(const at::Tensor&)>. An alias, not
+// a derived class: AnyModule (inside Sequential) files a module under the
+// class that declares its forward.
 template <class Impl, class Forward = typename unit_forward<Impl>::type>
-class ShardedImpl;
-
-template <class Impl>
-class ShardedImpl<Impl, NoSingleForward> {
-  static_assert(sizeof(Impl) == 0,
-                "fsdp::Sharded<M>: M::forward is overloaded or a template, so the unit has no "
-                "one signature to copy. Name the one to use, e.g. "
-                "fsdp::ShardedImpl<M, at::Tensor (M::*)(const at::Tensor&)>, or specialize "
-                "fsdp::unit_forward<M> (include/fsdp/sharded.h)");
-};
-
-// The wrapper's forward has the wrapped module's exact signature (AnyModule
-// and Sequential look at it).
-template <class Impl, class Class, class R, class... Args>
-class ShardedImpl<Impl, R (Class::*)(Args...)> : public UnitModule {
- public:
-  using Wrapped = Impl;
-
-  explicit ShardedImpl(std::shared_ptr<Impl> inner) : UnitModule(inner), typed_(std::move(inner)) {}
-  explicit ShardedImpl(const torch::nn::ModuleHolder<Impl>& inner) : ShardedImpl(inner.ptr()) {}
-
-  // Builds the wrapped module from its own constructor arguments.
-  template <class First, class... Rest,
-            class = std::enable_if_t<
-                !std::is_convertible<std::decay_t<First>, std::shared_ptr<Impl>>::value &&
-                !std::is_base_of<torch::nn::ModuleHolder<Impl>, std::decay_t<First>>::value>>
-  explicit ShardedImpl(First&& first, Rest&&... rest)
-      : ShardedImpl(std::make_shared<Impl>(std::forward<First>(first), std::forward<Rest>(rest)...)) {}
-
-  template <class I = Impl, class = std::enable_if_t<std::is_default_constructible<I>::value>>
-  ShardedImpl() : ShardedImpl(std::make_shared<Impl>()) {}
-
-  R forward(Args... args) { return this->template run_forward<R>(*module(), std::forward<Args>(args)...); }
-
-  // The wrapped module, e.g. to reach its members.
-  const std::shared_ptr<Impl>& module() const { return typed_; }
-
- private:
-  std::shared_ptr<Impl> typed_;  // == inner_, typed (Impl may derive virtually from Module)
-};
-
-template <class Impl, class Class, class R, class... Args>
-class ShardedImpl<Impl, R (Class::*)(Args...) const>
-    : public ShardedImpl<Impl, R (Class::*)(Args...)> {
- public:
-  using ShardedImpl<Impl, R (Class::*)(Args...)>::ShardedImpl;
-};
+using ShardedImpl = detail::TypedWrapper<UnitModule, Impl, Forward>;
 
 // The holder: fsdp::Sharded<Block>(args...) builds a Block inside a unit;
 // fsdp::Sharded<Block>(existing_block) wraps an existing one.

@@ -16,6 +16,7 @@ GPTConfig model_config(const TrainOptions& o) {
   config.n_layer = o.layers;
   config.n_head = o.heads;
   config.shard_blocks = true;  // each block its own FSDP unit
+  config.checkpoint_every = checkpoint_every(o).value_or(0);  // checked by check_options
   return config;
 }
 

@@ -25,11 +25,18 @@ double parameter_count(const TrainOptions& o) {
 
 // Activations kept for backward by one micro-batch: per block about 20
 // width-sized values and the attention scores per position, plus the logits.
+// A checkpointed block keeps only its input, and backward needs one block's
+// internals again while it recomputes.
 double activation_bytes(const TrainOptions& o, const BatchLayout& layout) {
   const double tokens = static_cast<double>(layout.micro_batch) * static_cast<double>(o.context);
   const double per_token_per_block = 20 * static_cast<double>(o.width) +
                                      2 * static_cast<double>(o.heads) * static_cast<double>(o.context);
-  return kFloatBytes * tokens * (static_cast<double>(o.layers) * per_token_per_block + 2 * kVocab);
+  const int64_t every = checkpoint_every(o).value_or(0);
+  const int64_t checkpointed = every > 0 ? (o.layers + every - 1) / every : 0;
+  const double kept_per_token = static_cast<double>(o.layers - checkpointed) * per_token_per_block +
+                                static_cast<double>(checkpointed) * static_cast<double>(o.width) +
+                                (checkpointed > 0 ? per_token_per_block : 0.0);
+  return kFloatBytes * tokens * (kept_per_token + 2 * kVocab);
 }
 
 std::string human(double bytes) {

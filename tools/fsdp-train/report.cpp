@@ -15,9 +15,11 @@ void print_header(const RunHeader& h) {
              "parameters ({})\n",
              o.layers, o.width, o.heads, o.context, static_cast<double>(h.num_params) / 1e6,
              human_bytes(h.unsharded_param_bytes));
-  fmt::print("  ranks     {} ({}), {} thread{} each; strategy {}, {}, prefetch {}, offload {}\n",
+  fmt::print("  ranks     {} ({}), {} thread{} each; strategy {}, {}, prefetch {}, offload {}, "
+             "activation checkpointing {}\n",
              b.world_size, h.launcher, h.threads, h.threads == 1 ? "" : "s", o.strategy,
-             o.mixed_precision, o.no_prefetch ? "off" : "on", o.offload ? "on" : "off");
+             o.mixed_precision, o.no_prefetch ? "off" : "on", o.offload ? "on" : "off",
+             o.activation_checkpointing);
   fmt::print("  data      {}: {} in {} file{} ({} train, {} validation)\n", h.corpus->source,
              human_bytes(h.corpus->total_bytes()), h.corpus->files.size(),
              h.corpus->files.size() == 1 ? "" : "s", human_bytes(h.corpus->train.size()),

@@ -47,6 +47,7 @@ struct TrainOptions {
   std::string mixed_precision = "fp32";   // fp32 | bf16
   bool offload = false;
   bool no_prefetch = false;
+  std::string activation_checkpointing = "none";  // none | all | every-N
   double timeout = 0;  // seconds a rank may wait for a peer; 0 = FSDP_COMM_TIMEOUT, else 300
 
   // Evaluation and generation.
@@ -96,5 +97,8 @@ std::vector<std::string> check_options(const TrainOptions& options, int world_si
 
 fsdp::ShardingStrategy sharding_strategy(const TrainOptions& options);
 fsdp::MixedPrecisionPolicy mixed_precision_policy(const TrainOptions& options);
+// --activation-checkpointing as GPTConfig::checkpoint_every: none 0, all 1,
+// every-N N; nullopt when the value is none of these.
+std::optional<int64_t> checkpoint_every(const TrainOptions& options);
 
 }  // namespace fsdp_train

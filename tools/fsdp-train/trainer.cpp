@@ -220,6 +220,7 @@ void Trainer::write_config_json() const {
   add_text("mixed_precision", o_.mixed_precision);
   config.AddMember("offload", o_.offload, a);
   config.AddMember("prefetch", !o_.no_prefetch, a);
+  add_text("activation_checkpointing", o_.activation_checkpointing);
   config.AddMember("micro_batch", static_cast<int64_t>(s_.layout.micro_batch), a);
   config.AddMember("grad_accum", static_cast<int64_t>(s_.layout.grad_accum), a);
   add_text("launcher", s_.launcher);

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "fsdp/checkpointed.h"
 #include "fsdp/sharded.h"
 
 namespace fsdp::models {
@@ -28,6 +29,11 @@ struct GPTConfig {
   // Make every block its own FSDP unit (fsdp::Sharded<Block>); when false
   // the blocks belong to the root unit.
   bool shard_blocks = true;
+  // Activation checkpointing of every Nth block, from the first (blocks
+  // 0, N, 2N, ...): 0 for none, 1 for all. A sharded block is checkpointed
+  // as a unit (UnitModule::set_activation_checkpointing), another one
+  // through fsdp::Checkpointed<Block>.
+  int64_t checkpoint_every = 0;
 
   // Throws c10::Error naming the bad field and the fix.
   void validate() const;

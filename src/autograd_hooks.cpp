@@ -5,6 +5,8 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <atomic>
+
 #include "unit_state.h"
 
 namespace fsdp::detail {
@@ -25,13 +27,31 @@ class PostBackwardNode : public torch::autograd::Node {
   std::weak_ptr<UnitState> unit_;
 };
 
+// Shared by the hooks on one forward's outputs; dies with the last of them,
+// i.e. with the graph. See [Note: abandoned forwards].
+class ForwardOutputsToken {
+ public:
+  explicit ForwardOutputsToken(std::weak_ptr<UnitState> unit) : unit_(std::move(unit)) {}
+  ~ForwardOutputsToken() {
+    if (reached_.load()) return;
+    if (auto state = unit_.lock()) state->forward_abandoned();
+  }
+  void reached() { reached_.store(true); }
+
+ private:
+  std::weak_ptr<UnitState> unit_;
+  std::atomic<bool> reached_{false};
+};
+
 }  // namespace
 
 bool attach_pre_backward_hooks(TensorRefs& outputs, const std::weak_ptr<UnitState>& unit) {
+  auto token = std::make_shared<ForwardOutputsToken>(unit);
   bool any = false;
   for (at::Tensor* output : outputs) {
     if (!output->requires_grad()) continue;
-    output->register_hook([unit](const at::Tensor&) {
+    output->register_hook([unit, token](const at::Tensor&) {
+      token->reached();
       if (auto state = unit.lock()) state->pre_backward();
     });
     any = true;

@@ -22,6 +22,14 @@ namespace fsdp::detail {
 
 class UnitState;
 
+// [Note: abandoned forwards]
+// A forward whose outputs die without backward reaching them (a loss check
+// that throws before backward, an output the model drops) would leave its
+// unit counting a pending backward, and a unit kept gathered for backward
+// holding its parameters until the next step. So the hooks on one forward's
+// outputs share a token; when the last of them dies with the graph and no
+// hook fired, the token tells the unit (UnitState::forward_abandoned).
+//
 // Returns true if at least one output got a hook.
 bool attach_pre_backward_hooks(TensorRefs& outputs, const std::weak_ptr<UnitState>& unit);
 

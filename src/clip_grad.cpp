@@ -21,6 +21,7 @@ double clip_grad_norm_(UnitModule& root, double max_norm, double norm_type) {
   TORCH_CHECK(norm_type > 0, "fsdp: clip_grad_norm_ norm_type is ", norm_type,
               "; use a p > 0, or INFINITY for the max-norm");
   TORCH_CHECK(max_norm >= 0, "fsdp: clip_grad_norm_ max_norm is ", max_norm, "; it must be >= 0");
+  state.recover_from_failed_step();
   TORCH_CHECK(!state.in_backward(),
               "fsdp: clip_grad_norm_ was called during backward; call it after backward returns");
 

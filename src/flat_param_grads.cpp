@@ -201,6 +201,24 @@ void FlatParamGroup::finish_grad_reduction() {
   set_grad_state(GradState::kSharded);
 }
 
+void FlatParamGroup::abandon_grad_step() {
+  if (grad_state_ == GradState::kReducing) {
+    if (pending_reduce_.work) {
+      WorkPtr work = std::move(pending_reduce_.work);
+      work->wait();  // the collective writes into buffers about to be freed
+    }
+    pending_reduce_ = PendingReduction();
+    compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
+  }
+  if (grad_state_ != GradState::kReducing && grad_state_ != GradState::kStashed) return;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (aliased_) break;  // no stash: autograd wrote the gradients in place
+    params_[i].mutable_grad() = i < stashed_grads_.size() ? std::move(stashed_grads_[i]) : at::Tensor();
+  }
+  stashed_grads_.clear();
+  set_grad_state(GradState::kSharded);
+}
+
 // Gives back the stashed sharded gradients untouched.
 void FlatParamGroup::restore_stashed_grads() {
   for (size_t i = 0; i < stashed_grads_.size(); ++i) {

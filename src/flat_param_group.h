@@ -142,6 +142,12 @@ class FlatParamGroup {
   // parameters and keep accumulating until a synchronizing backward.
   void keep_unsharded_grads();
   bool holds_unsharded_grads() const { return grad_state_ == GradState::kUnsynced; }
+  // After a step that an exception ended (see [Note: recovery after an
+  // exception] in unit_state.cpp): waits for a reduction in flight, drops its
+  // result, and gives back the sharded gradients stashed before the failed
+  // backward, dropping what it accumulated. Full gradients kept without
+  // gradient sync, and an aliased unit's own, stay as they are.
+  void abandon_grad_step();
 
   // -- full parameters outside training (summon, deferred init) -----------
   // All-gathers the unit in the parameters' own dtype into a new 1-D buffer

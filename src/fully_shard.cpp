@@ -180,7 +180,7 @@ void shard_units(detail::DiscoveredModel& model, const FullyShardOptions& option
     }
     auto state = std::make_shared<detail::UnitState>(resolved[u].unit, std::move(params), &root_state);
     root_state.add_unit(state);
-    detail::UnitModuleAccess::attach_unit_state(*unit.module, std::move(state));
+    for (UnitModule* member : unit.members) detail::UnitModuleAccess::attach_unit_state(*member, state);
   }
 }
 

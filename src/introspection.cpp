@@ -73,6 +73,7 @@ std::vector<UnitInfo> unit_infos(const UnitModule& root) {
 
 MemoryStats memory_stats(const UnitModule& root) {
   detail::RootState& state = detail::root_state_of(root, "memory_stats");
+  state.recover_from_failed_step();  // see [Note: recovery after an exception]
   MemoryStats stats;
   for (const auto& unit : state.units()) {
     const auto& group = unit->params();

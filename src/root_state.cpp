@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -18,6 +19,7 @@ RootState::RootState(ProcessGroupPtr world, int max_inflight_all_gathers)
 }
 
 void RootState::on_pre_forward(UnitState& unit) {
+  if (!root_forward_active()) return;  // a unit on its own; see [Note: a unit's forward on its own]
   if (validating_) validate_order(unit, recording_order_.size());
   recording_order_.push_back(&unit);
 }
@@ -121,6 +123,22 @@ void RootState::on_backward_done() {
   callback_queued_ = false;
   in_backward_ = false;
   ++completed_steps_;
+}
+
+void RootState::recover_from_failed_step() {
+  // The engine sets a current graph task on the thread running backward;
+  // none means the backward this flag belongs to has ended.
+  if (in_backward_ && torch::autograd::get_current_graph_task_exec_info() == nullptr) {
+    reset_after_failure();
+  }
+}
+
+void RootState::reset_after_failure() {
+  for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->reset_after_failure();
+  root_forward_depth_ = 0;
+  recording_order_.clear();
+  in_backward_ = false;
+  callback_queued_ = false;
 }
 
 int64_t RootState::open_summon_guard() {

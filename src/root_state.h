@@ -41,6 +41,13 @@ class RootState {
   // The engine's final callback: finishes every unit's step.
   void on_backward_done();
 
+  // A backward that began and ended in an exception (its final callback
+  // never ran) leaves the units mid-step: reset them. A no-op otherwise.
+  // See [Note: recovery after an exception].
+  void recover_from_failed_step();
+  // Every unit back to idle, sharded, nothing in flight; the step forgotten.
+  void reset_after_failure();
+
   bool root_forward_active() const { return root_forward_depth_ > 0; }
   bool in_backward() const { return in_backward_; }
   void enter_root_forward() { ++root_forward_depth_; }

@@ -47,6 +47,7 @@ SummonFullParams::SummonFullParams(UnitModule& module, SummonFullParamsOptions o
               "fsdp: SummonFullParams with rank0_only(true) and writeback(true) is not supported "
               "(ranks other than 0 would have nothing to write back); pass .writeback(false)");
   detail::RootState& root = detail::UnitModuleAccess::unit_state(module)->root();
+  root.recover_from_failed_step();
   TORCH_CHECK(!root.root_forward_active(), "fsdp: SummonFullParams was created inside forward; "
               "full parameters can be summoned only outside forward and backward");
   TORCH_CHECK(!root.in_backward(), "fsdp: SummonFullParams was created inside backward; "

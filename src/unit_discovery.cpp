@@ -58,7 +58,7 @@ class Walker {
         TORCH_CHECK(!unit->is_sharded(), "fsdp: unit '", child_path,
                     "' is already sharded (by another fully_shard call); wrap each module once");
         if (checkpointed) refuse_unit_in_checkpoint(child_path, *checkpointed);
-        child_owner = add_unit(unit, child_path);
+        child_owner = add_unit(unit, child_path, owner);
         if (unit->activation_checkpointing()) child_checkpointed = child_path;
       } else if (dynamic_cast<CheckpointedModule*>(child.value().get()) && !checkpointed) {
         child_checkpointed = child_path;
@@ -67,11 +67,35 @@ class Walker {
     }
   }
 
-  size_t add_unit(UnitModule* unit, const std::string& path) {
+  // Returns the unit's index; a unit sharing another's unit (see
+  // UnitModule::share_unit_with) gets that one's. `owner`: the index of the
+  // unit enclosing it, if any.
+  size_t add_unit(UnitModule* unit, const std::string& path, c10::optional<size_t> owner = c10::nullopt) {
     TORCH_CHECK(seen_units_.insert(unit).second, "fsdp: unit '", path,
                 "' appears twice in the model; a unit can be registered in one place only");
-    model.units.push_back(DiscoveredUnit{unit, path, {}, {}});
-    return model.units.size() - 1;
+    UnitModule* key = unit->shared_unit_leader() ? unit->shared_unit_leader() : unit;
+    const auto found = unit_index_.find(key);
+    if (found == unit_index_.end()) {
+      unit_index_.emplace(key, model.units.size());
+      model.units.push_back(DiscoveredUnit{key, path, {}, {}, {unit}});
+      return model.units.size() - 1;
+    }
+    DiscoveredUnit& shared = model.units[found->second];
+    TORCH_CHECK(owner != found->second, "fsdp: unit '", path, "' shares the unit of '",
+                display_name(shared.name),
+                "', which holds it; the modules of one unit must be siblings, neither inside the other");
+    shared.name += "+" + path;
+    shared.members.push_back(unit);
+    return found->second;
+  }
+
+  // Every shared unit's leader must be in the model too.
+  void check_leaders_present() const {
+    for (const auto& unit : model.units) {
+      TORCH_CHECK(seen_units_.count(unit.module), "fsdp: unit '", unit.name,
+                  "' shares the unit of a module that is not in this model; call "
+                  "share_unit_with on a unit of the same model");
+    }
   }
 
  private:
@@ -113,6 +137,7 @@ class Walker {
   std::unordered_map<c10::TensorImpl*, Owner> owners_;
   std::unordered_set<const c10::TensorImpl*> seen_buffers_;
   std::unordered_set<const UnitModule*> seen_units_;
+  std::unordered_map<const UnitModule*, size_t> unit_index_;
   const IgnoredSet& ignored_;
 };
 
@@ -120,6 +145,8 @@ class Walker {
 
 DiscoveredModel discover_units(UnitModule& root, const IgnoredSet& ignored) {
   TORCH_CHECK(!root.is_sharded(), "fsdp: this model is already sharded; call fully_shard once");
+  TORCH_CHECK(root.shared_unit_leader() == nullptr,
+              "fsdp: the root cannot share another unit's unit; call share_unit_with on its submodules");
   TORCH_CHECK(!ignored.modules.count(&root) && !ignored.modules.count(root.wrapped().get()),
               "fsdp: the root module is in ignored_modules; ignore its submodules instead, or "
               "do not call fully_shard");
@@ -127,6 +154,7 @@ DiscoveredModel discover_units(UnitModule& root, const IgnoredSet& ignored) {
   walker.add_unit(&root, "");
   walker.visit(root, "", 0,
                root.activation_checkpointing() ? c10::optional<std::string>("") : c10::nullopt);
+  walker.check_leaders_present();
   return std::move(walker.model);
 }
 

@@ -16,10 +16,13 @@
 namespace fsdp::detail {
 
 struct DiscoveredUnit {
-  UnitModule* module = nullptr;
-  std::string name;  // module path from the root; "" for the root
+  UnitModule* module = nullptr;  // whose UnitOptions apply (the leader of a shared unit)
+  std::string name;  // module path from the root ("" for the root); "a+b" for a shared unit
   std::vector<at::Tensor> params;
   std::vector<std::string> param_names;  // fully qualified, first name seen
+  // The wrappers that run this unit: `module`, and those sharing its unit
+  // (UnitModule::share_unit_with), in the order met.
+  std::vector<UnitModule*> members;
 };
 
 struct DiscoveredModel {

@@ -24,6 +24,15 @@ std::vector<detail::UnitState*> unit_states(const std::vector<UnitModule*>& unit
 
 }  // namespace
 
+void UnitModule::share_unit_with(UnitModule& leader) {
+  TORCH_CHECK(!is_sharded() && !leader.is_sharded(),
+              "fsdp: share_unit_with must be called before fully_shard");
+  UnitModule* root_leader = &leader;
+  while (root_leader->unit_leader_ != nullptr) root_leader = root_leader->unit_leader_;
+  TORCH_CHECK(root_leader != this, "fsdp: share_unit_with: a unit cannot share its own unit");
+  unit_leader_ = root_leader;
+}
+
 void UnitModule::set_forward_prefetch(const std::vector<UnitModule*>& units) {
   TORCH_CHECK(state_, "fsdp: set_forward_prefetch needs a sharded unit; call fully_shard first");
   state_->set_prefetch_list(/*forward=*/true, unit_states(units));
@@ -45,6 +54,8 @@ void UnitModule::set_validate_execution_order(bool every_step) {
 void UnitModule::before_forward(detail::TensorRefs& inputs) { state_->pre_forward(inputs); }
 
 void UnitModule::after_forward(detail::TensorRefs& outputs) { state_->post_forward(outputs); }
+
+void UnitModule::forward_failed() noexcept { state_->abort_forward_quietly(); }
 
 namespace detail {
 

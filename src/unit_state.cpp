@@ -21,9 +21,18 @@ void cast_floating(TensorRefs& tensors, at::ScalarType dtype) {
 UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, RootState* root)
     : config_(std::move(config)), params_(std::move(params)), root_(root) {}
 
+// [Note: a unit's forward on its own]
+// Calling a unit directly, outside its root's forward (evaluating an encoder
+// on its own, say), works as FSDP2's does: the unit gathers, runs, and frees,
+// and with grad on its backward reduces its gradients; the root's final
+// callback closes that step as any other. Such a call is not part of the
+// recorded execution order (it neither records nor prefetches, forward or
+// backward), and every rank must make it, since it gathers.
 void UnitState::pre_forward(TensorRefs& inputs) {
   RootState& root = *root_;
   const std::string& name = display_name(config_.name);
+  const bool on_its_own = !config_.is_root && !root.root_forward_active();
+  if (config_.is_root || on_its_own) root.recover_from_failed_step();
   TORCH_CHECK(!root.in_backward(), "fsdp: forward of unit '", name,
               "' was called during backward, which is not supported. Activation checkpointing "
               "of a module that holds units does this: checkpoint the inner units instead "
@@ -39,21 +48,25 @@ void UnitState::pre_forward(TensorRefs& inputs) {
     // (the optimizer steps the shards); see [Note: resharding to a smaller group].
     for (const auto& unit : root.units()) unit->params().discard_post_forward_shard();
     root.enter_root_forward();
-  } else {
-    TORCH_CHECK(root.root_forward_active(), "fsdp: unit '", name,
-                "' ran forward outside its root's forward; call the module that fully_shard "
-                "returned (the root), not one of its units directly");
+  } else if (on_its_own && !awaiting_backward()) {
+    params_->discard_post_forward_shard();
   }
+  ran_on_its_own_ = on_its_own;
   state_ = TrainingState::kForward;
-  root.on_pre_forward(*this);
-  params_->wait_unshard();
-  if (config_.prefetch) root.prefetch_after(*this, /*forward=*/true);
-  // The post-backward node reduces and reshards; a unit with neither to do
-  // (one rank, nothing replicated) lets the final callback close its step.
-  if (at::GradMode::is_enabled() && has_post_backward_work()) {
-    attach_post_backward_node(inputs, weak_from_this());
+  try {
+    root.on_pre_forward(*this);
+    params_->wait_unshard();
+    if (config_.prefetch && !on_its_own) root.prefetch_after(*this, /*forward=*/true);
+    // The post-backward node reduces and reshards; a unit with neither to do
+    // (one rank, nothing replicated) lets the final callback close its step.
+    if (at::GradMode::is_enabled() && has_post_backward_work()) {
+      attach_post_backward_node(inputs, weak_from_this());
+    }
+    if (config_.cast_inputs_to) cast_floating(inputs, *config_.cast_inputs_to);
+  } catch (...) {
+    abort_forward_quietly();
+    throw;
   }
-  if (config_.cast_inputs_to) cast_floating(inputs, *config_.cast_inputs_to);
 }
 
 bool UnitState::has_post_backward_work() const {
@@ -148,7 +161,7 @@ void UnitState::pre_backward() {
   check_params_unmodified();
   state_ = TrainingState::kPreBackward;
   params_->wait_unshard();
-  if (config_.prefetch) root_->prefetch_after(*this, /*forward=*/false);
+  if (config_.prefetch && !ran_on_its_own_) root_->prefetch_after(*this, /*forward=*/false);
   params_->stash_sharded_grads();
 }
 
@@ -189,11 +202,64 @@ void UnitState::finish_backward_step() {
   }
   unhooked_backward_ = false;
   pending_backwards_ = 0;
+  ran_on_its_own_ = false;
 }
 
 void UnitState::finish_grad_reduction() {
   params_->finish_grad_reduction();
   state_ = TrainingState::kIdle;
+}
+
+// [Note: recovery after an exception]
+// An exception in the middle of a step (a shape error in one unit, a user's
+// check, a failed allocation) must not leave the model stuck with units in
+// state forward or backward and parameters gathered; FSDP2 resets its
+// iteration state the same way. Forward: a guard in each unit's forward
+// frees the unit's gathered parameters as the exception leaves it, and the
+// root's guard resets every unit. Backward: the engine drops the final
+// callback when backward fails, so nothing runs at that moment; the next
+// call that needs a settled model (a root forward, a unit's forward on its
+// own, clip_grad_norm_, SummonFullParams, memory_stats) sees a backward that
+// began and is no longer running, and resets every unit then. A reset waits
+// for the collectives already issued (every rank that failed at the same
+// point issued the same ones), frees gathered parameters, and gives back the
+// sharded gradients from before the failed backward. When only some ranks
+// fail, the others wait in their next collective until the timeout, whose
+// error names the operation and the peer.
+void UnitState::abort_forward() {
+  if (state_ == TrainingState::kForward) state_ = TrainingState::kIdle;
+  params_->reshard();  // waits for a gather in flight first
+  if (config_.is_root) root_->reset_after_failure();
+}
+
+void UnitState::forward_abandoned() noexcept {
+  if (pending_backwards_ > 0) --pending_backwards_;
+  if (pending_backwards_ > 0 || state_ != TrainingState::kIdle || unhooked_backward_) return;
+  if (root_->in_backward()) return;  // the final callback finishes the step
+  try {
+    params_->reshard();  // a unit kept gathered for a backward that will not come
+  } catch (...) {
+    // Only a gather in flight can fail here, and it is not this unit's; the
+    // next collective reports the cause.
+  }
+}
+
+void UnitState::abort_forward_quietly() noexcept {
+  try {
+    abort_forward();
+  } catch (...) {
+    // A collective that cannot finish (a peer is gone) while the original
+    // exception is on its way: that exception is the one to report.
+  }
+}
+
+void UnitState::reset_after_failure() {
+  params_->reshard();
+  params_->abandon_grad_step();
+  if (state_ != TrainingState::kSummonFullParams) state_ = TrainingState::kIdle;
+  pending_backwards_ = 0;
+  unhooked_backward_ = false;
+  ran_on_its_own_ = false;
 }
 
 }  // namespace fsdp::detail

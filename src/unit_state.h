@@ -9,6 +9,9 @@
 //   post_backward  (gradient reaches the unit's inputs) reduce-scatter the
 //                  gradients; free the parameters
 //
+// A unit's forward may also run on its own, outside the root's forward; see
+// [Note: a unit's forward on its own].
+//
 // The root's final callback finishes whatever a unit could not finish by
 // itself (see RootState::on_backward_done).
 
@@ -45,6 +48,17 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   // From the root's final callback: finish this unit's part of the step.
   void finish_backward_step();
   void finish_grad_reduction();
+  // The outputs of one of this unit's forwards died before backward reached
+  // them (see [Note: abandoned forwards]). Never throws.
+  void forward_abandoned() noexcept;
+  // An exception left this unit's forward: free what it gathered, and leave
+  // state kForward. See [Note: recovery after an exception].
+  void abort_forward();
+  // The same, never throwing (an exception is already on its way).
+  void abort_forward_quietly() noexcept;
+  // An exception ended the step: back to kIdle with parameters and
+  // gradients sharded, no collective in flight.
+  void reset_after_failure();
 
   const std::string& name() const { return config_.name; }
   bool is_root() const { return config_.is_root; }
@@ -88,6 +102,9 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   std::vector<UnitState*> forward_prefetch_;
   std::vector<UnitState*> backward_prefetch_;
   bool unhooked_backward_ = false;  // kept gathered: outputs could not be hooked
+  // This step's forward ran outside the root's forward (the unit was called
+  // on its own): its backward prefetches nothing.
+  bool ran_on_its_own_ = false;
   std::vector<uint32_t> param_versions_;  // at post-forward, to catch in-place edits
   c10::optional<double> shard_checksum_;  // at post-forward; see [Note: optimizer step before backward]
   bool checksum_full_ = false;            // whole shard or a sample

@@ -36,6 +36,13 @@ class CheckpointedModule : public ModuleWrapper {
         [impl](auto&&... a) -> R { return impl->forward(std::forward<decltype(a)>(a)...); },
         std::forward<Args>(args)...);
   }
+  template <class R, class Impl, class Method, class... Args>
+  R run_method(const std::shared_ptr<Impl>& impl, Method method, Args&&... args) {
+    return detail::checkpoint_call<R>(
+        has_trainable_params(),
+        [impl, method](auto&&... a) -> R { return ((*impl).*method)(std::forward<decltype(a)>(a)...); },
+        std::forward<Args>(args)...);
+  }
 };
 
 // An alias, as fsdp::ShardedImpl is (see there).
@@ -45,13 +52,9 @@ using CheckpointedImpl = detail::TypedWrapper<CheckpointedModule, Impl, Forward>
 // The holder: fsdp::Checkpointed<Block>(args...) builds a Block inside;
 // fsdp::Checkpointed<Block>(existing_block) wraps an existing one.
 template <class Holder>
-class Checkpointed : public torch::nn::ModuleHolder<CheckpointedImpl<typename Holder::ContainedType>> {
-  using Base = torch::nn::ModuleHolder<CheckpointedImpl<typename Holder::ContainedType>>;
-
+class Checkpointed : public detail::WrapperHolder<CheckpointedModule, Holder> {
  public:
-  using Base::Base;
-  Checkpointed(const Holder& inner)  // NOLINT: implicit by design, like holders
-      : Base(std::make_shared<CheckpointedImpl<typename Holder::ContainedType>>(inner.ptr())) {}
+  using detail::WrapperHolder<CheckpointedModule, Holder>::WrapperHolder;
 };
 
 }  // namespace fsdp

@@ -104,6 +104,18 @@ class TypedWrapper<Base, Impl, R (Class::*)(Args...)> : public Base {
 
   R forward(Args... args) { return this->template run_forward<R>(typed_, std::forward<Args>(args)...); }
 
+  // Runs another method of the wrapped module the way forward runs, e.g.
+  // unit->call(&Block::forward_with_cache, x, cache): a unit gathers its
+  // parameters around it (FSDP2's register_fsdp_forward_method), a
+  // checkpointed module recomputes it in backward.
+  template <class Method, class... A>
+  auto call(Method method, A&&... args) {
+    using Result = std::invoke_result_t<Method, Impl&, std::decay_t<A>&...>;
+    static_assert(!std::is_void<Result>::value && !std::is_reference<Result>::value,
+                  "call(): the method must return a value (tensors, or tuples and vectors of them)");
+    return this->template run_method<Result>(typed_, method, std::forward<A>(args)...);
+  }
+
   // The wrapped module, e.g. to reach its members.
   const std::shared_ptr<Impl>& module() const { return typed_; }
 
@@ -116,6 +128,22 @@ class TypedWrapper<Base, Impl, R (Class::*)(Args...) const>
     : public TypedWrapper<Base, Impl, R (Class::*)(Args...)> {
  public:
   using TypedWrapper<Base, Impl, R (Class::*)(Args...)>::TypedWrapper;
+};
+
+// The holder of a wrapper around Holder's module: W<Block>(args...) builds a
+// Block inside; W<Block>(existing_block) wraps an existing one.
+template <class Base, class Holder>
+class WrapperHolder
+    : public torch::nn::ModuleHolder<TypedWrapper<Base, typename Holder::ContainedType,
+                                                  typename unit_forward<typename Holder::ContainedType>::type>> {
+  using Impl = TypedWrapper<Base, typename Holder::ContainedType,
+                            typename unit_forward<typename Holder::ContainedType>::type>;
+  using Held = torch::nn::ModuleHolder<Impl>;
+
+ public:
+  using Held::Held;
+  WrapperHolder(const Holder& inner)  // NOLINT: implicit by design, like holders
+      : Held(std::make_shared<Impl>(inner.ptr())) {}
 };
 
 }  // namespace detail

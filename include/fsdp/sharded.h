@@ -71,6 +71,18 @@ class UnitModule : public ModuleWrapper {
   void set_activation_checkpointing(bool on) { checkpoint_activations_ = on; }
   bool activation_checkpointing() const { return checkpoint_activations_; }
 
+  // One unit over several sibling modules (FSDP2's fully_shard([a, b])):
+  // before fully_shard, this unit's parameters join `leader`'s unit, in one
+  // flat buffer; either module's forward gathers it. Weights tied between
+  // the two (an embedding and its output head) can then live in a unit
+  // other than the root. Neither module may hold the other; the leader's
+  // UnitOptions apply. Each call is one forward of the unit: it gathers and
+  // frees around each (reshard_after_forward(false) keeps it gathered from
+  // the first call to the end of backward).
+  void share_unit_with(UnitModule& leader);
+  // The unit this one joined, or nullptr.
+  UnitModule* shared_unit_leader() const { return unit_leader_; }
+
  protected:
   explicit UnitModule(std::shared_ptr<torch::nn::Module> inner);
   // Runs impl->forward(args...) between the unit's pre- and post-forward
@@ -80,6 +92,13 @@ class UnitModule : public ModuleWrapper {
     return run_unit<R>([impl](auto&&... a) -> R { return impl->forward(std::forward<decltype(a)>(a)...); },
                        std::forward<Args>(args)...);
   }
+  // The same for another method of the wrapped module (ShardedImpl::call).
+  template <class R, class Impl, class Method, class... Args>
+  R run_method(const std::shared_ptr<Impl>& impl, Method method, Args&&... args) {
+    return run_unit<R>(
+        [impl, method](auto&&... a) -> R { return ((*impl).*method)(std::forward<decltype(a)>(a)...); },
+        std::forward<Args>(args)...);
+  }
 
  private:
   friend class detail::UnitModuleAccess;
@@ -87,21 +106,40 @@ class UnitModule : public ModuleWrapper {
   // the arguments and results, which they may replace (hooks, casts).
   void before_forward(detail::TensorRefs& inputs);
   void after_forward(detail::TensorRefs& outputs);
+  // An exception is leaving the wrapped forward: free what the unit
+  // gathered. See [Note: recovery after an exception].
+  void forward_failed() noexcept;
 
-  // fn(args...) between the unit's pre- and post-forward.
+  // Calls forward_failed() unless dismissed.
+  class ForwardFailureGuard {
+   public:
+    explicit ForwardFailureGuard(UnitModule& unit) : unit_(unit) {}
+    ~ForwardFailureGuard() {
+      if (armed_) unit_.forward_failed();
+    }
+    ForwardFailureGuard(const ForwardFailureGuard&) = delete;
+    ForwardFailureGuard& operator=(const ForwardFailureGuard&) = delete;
+    void dismiss() { armed_ = false; }
+
+   private:
+    UnitModule& unit_;
+    bool armed_ = true;
+  };
+
   template <class R, class Fn, class... Args>
   R run_unit(Fn fn, Args&&... args);
+
   // fn(args...), checkpointed when set.
   template <class R, class Fn, class... Args>
   R call_checkpointed(Fn& fn, Args&&... args) {
     if (!checkpoint_activations_) return fn(std::forward<Args>(args)...);
     return detail::checkpoint_call<R>(has_trainable_params(), fn, std::forward<Args>(args)...);
   }
-
   std::shared_ptr<detail::UnitState> state_;           // set by fully_shard
   std::shared_ptr<detail::RootState> root_state_;      // on the root only
   UnitOptions unit_options_;
   bool checkpoint_activations_ = false;
+  UnitModule* unit_leader_ = nullptr;
 };
 
 template <class R, class Fn, class... Args>
@@ -111,10 +149,12 @@ R UnitModule::run_unit(Fn fn, Args&&... args) {
   detail::TensorRefs inputs;
   detail::collect_tensors(inputs, local);
   before_forward(inputs);
+  ForwardFailureGuard guard(*this);
   R out = std::apply([this, &fn](auto&... a) -> R { return call_checkpointed<R>(fn, a...); }, local);
   detail::TensorRefs outputs;
   detail::collect_tensors(outputs, out);
   after_forward(outputs);
+  guard.dismiss();
   return out;
 }
 
@@ -129,13 +169,9 @@ using ShardedImpl = detail::TypedWrapper<UnitModule, Impl, Forward>;
 // The holder: fsdp::Sharded<Block>(args...) builds a Block inside a unit;
 // fsdp::Sharded<Block>(existing_block) wraps an existing one.
 template <class Holder>
-class Sharded : public torch::nn::ModuleHolder<ShardedImpl<typename Holder::ContainedType>> {
-  using Base = torch::nn::ModuleHolder<ShardedImpl<typename Holder::ContainedType>>;
-
+class Sharded : public detail::WrapperHolder<UnitModule, Holder> {
  public:
-  using Base::Base;
-  Sharded(const Holder& inner)  // NOLINT: implicit by design, like holders
-      : Base(std::make_shared<ShardedImpl<typename Holder::ContainedType>>(inner.ptr())) {}
+  using detail::WrapperHolder<UnitModule, Holder>::WrapperHolder;
 };
 
 }  // namespace fsdp

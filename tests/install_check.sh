@@ -71,8 +71,13 @@ cmake --build "$work/consumer" -j 2 >"$work/consumer-build.log" 2>&1 || {
   cat "$work/consumer-build.log"
   fail "building examples/consumer failed"
 }
-ldd "$work/consumer/app" | grep -q "libfsdp.so.* => $prefix/" ||
-  fail "app does not load libfsdp from $prefix: $(ldd "$work/consumer/app" | grep fsdp)"
+# [Note: no `grep -q` behind a pipe] Under pipefail, `cmd | grep -q` fails
+# when grep matches and exits before cmd has written everything: cmd dies of
+# SIGPIPE (141) and the pipeline reports it. A match then reads as a miss,
+# at random (CI saw it here). Every check below greps a captured string.
+app_deps=$(ldd "$work/consumer/app")
+grep -q "libfsdp.so.* => $prefix/" <<<"$app_deps" ||
+  fail "app does not load libfsdp from $prefix: $(grep fsdp <<<"$app_deps")"
 
 # "[rank 0] step N loss X" and "[rank 0] rank 0 holds ..." lines, in order.
 run_two_ranks() {
@@ -108,8 +113,9 @@ if found=$(grep -E '^(CLI11|fmt|nlohmann_json|GTest|GTEST|gtest|benchmark)[A-Za-
   "$work/subdirectory/CMakeCache.txt"); then
   fail "add_subdirectory looked for a tool or test dependency: $found"
 fi
+sub_targets=$(cmake --build "$work/subdirectory" --target help)
 for target in fsdp-run fsdp-train fsdp-bench test_comm fsdp_models; do
-  if cmake --build "$work/subdirectory" --target help | grep -qx "\.\.\. $target"; then
+  if grep -qx "\.\.\. $target" <<<"$sub_targets"; then
     fail "add_subdirectory defines $target; only the library should be built"
   fi
 done

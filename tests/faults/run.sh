@@ -65,7 +65,9 @@ wait_job() {
 worker_pid() {
   local child
   for child in $(pgrep -P "$1" 2>/dev/null); do
-    if tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "RANK=$2"; then
+    # (a captured string, not a pipe into grep -q: see install_check.sh's
+    # [Note: no `grep -q` behind a pipe])
+    if grep -qx "RANK=$2" <<<"$(tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null)"; then
       echo "$child"
       return
     fi
@@ -135,7 +137,7 @@ fault_hung_rank() {
     "has been stopped by a signal"
 }
 
-listening() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+listening() { [[ -n $(ss -Hltn "sport = :$1" 2>/dev/null) ]]; }
 
 # Without a launcher (torchrun's way): rank 0 stopped the moment its
 # rendezvous store starts listening, the outside tester's hang; rank 1 must

@@ -182,6 +182,10 @@ class FlatParamGroup {
   int64_t sharded_grad_bytes() const;
   int64_t full_param_bytes() const;  // unpadded, param dtype
   int64_t post_forward_shard_bytes() const;  // the kept chunk, 0 when none
+  // Bytes a reduction holds until it is finished: the input (one row per
+  // shard rank: its slice plus the used-parameter flags) and, when sharded,
+  // the output row, in the reduce dtype.
+  int64_t reduce_buffer_bytes() const;
   // Copies of the used-parameter flags to the device and of the counts back,
   // so far: on CUDA each one makes the host wait for the compute stream.
   int64_t flag_transfers() const { return flag_transfers_; }

@@ -98,6 +98,9 @@ MemoryStats memory_stats(const UnitModule& root) {
   stats.post_forward_shard_bytes = state.post_forward_bytes().current();
   stats.peak_post_forward_shard_bytes = state.post_forward_bytes().peak();
   stats.peak_init_param_bytes = state.init_bytes().peak();
+  stats.grad_reduce_bytes = state.reductions().bytes().current();
+  stats.peak_grad_reduce_bytes = state.reductions().bytes().peak();
+  stats.peak_grad_reduce_units = state.reductions().bytes().peak_units();
   return stats;
 }
 
@@ -105,6 +108,7 @@ void reset_peak_memory_stats(UnitModule& root) {
   detail::RootState& state = detail::root_state_of(root, "reset_peak_memory_stats");
   state.gathered_bytes().reset_peak();
   state.post_forward_bytes().reset_peak();
+  state.reductions().bytes().reset_peak();
 }
 
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {

@@ -119,6 +119,7 @@ void RootState::on_backward_hook() {
 // backward ran in; then everything is waited for.
 void RootState::on_backward_done() {
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_backward_step();
+  reductions_.finish_all();
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_grad_reduction();
   callback_queued_ = false;
   in_backward_ = false;
@@ -134,6 +135,7 @@ void RootState::recover_from_failed_step() {
 }
 
 void RootState::reset_after_failure() {
+  reductions_.forget();
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->reset_after_failure();
   root_forward_depth_ = 0;
   recording_order_.clear();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fsdp/comm/process_group.h"
+#include "grad_reduction_queue.h"
 #include "live_gather_count.h"
 #include "memory_counter.h"
 #include "unit_state.h"
@@ -76,6 +77,8 @@ class RootState {
   LiveGatherCount& live_gathers() { return live_gathers_; }
   // Chunks kept by post-forward reshards to a smaller group.
   MemoryCounter& post_forward_bytes() { return post_forward_bytes_; }
+  // Gradient reductions in flight ([Note: bounded gradient reductions]).
+  GradReductionQueue& reductions() { return reductions_; }
   // Full parameter bytes materialized at once during deferred init.
   MemoryCounter& init_bytes() { return init_bytes_; }
   // Parameters left out of every unit, each tensor once, in
@@ -110,6 +113,7 @@ class RootState {
   LiveGatherCount live_gathers_;
   MemoryCounter post_forward_bytes_;
   MemoryCounter init_bytes_;
+  GradReductionQueue reductions_;
   std::vector<int64_t> open_summon_guards_;  // innermost last
   int64_t summon_guards_made_ = 0;
   std::vector<IgnoredParam> ignored_params_;

@@ -178,6 +178,7 @@ void UnitState::reduce_and_reshard() {
   if (trainable && params_->needs_grad_reduction()) {
     if (root_->requires_grad_sync()) {
       params_->reduce_grads_async();
+      root_->reductions().issued(*this);
     } else {
       params_->keep_unsharded_grads();
     }

@@ -6,7 +6,9 @@
 //  - the gathered parameter bytes alive at once, in forward and in backward,
 //    never exceed the root plus the two largest units, and the whole model
 //    is never gathered at once;
-//  - once a step is over, nothing stays gathered.
+//  - gradient reduction buffers: at most two units' at once, each of the size
+//    computed from the unit's shapes ([Note: bounded gradient reductions]);
+//  - once a step is over, nothing stays gathered or reducing.
 // The bounds are computed here from the reference model's shapes, not read
 // back from the library, so a wrong number in memory_stats() fails too.
 
@@ -50,6 +52,13 @@ std::map<std::string, int64_t> unit_numels(const UnitModule& root) {
   return numels;
 }
 
+// Parameters per unit, keyed like unit_numels.
+std::map<std::string, int64_t> unit_param_counts(const UnitModule& root) {
+  std::map<std::string, int64_t> counts;
+  for (const auto& shard : param_shards(root)) ++counts[shard.unit];
+  return counts;
+}
+
 int64_t reference_param_bytes(const torch::nn::Module& reference) {
   int64_t total = 0;
   for (const auto& p : reference.parameters()) total += p.numel() * p.element_size();
@@ -84,6 +93,15 @@ TEST_P(MemoryAccounting, FullShardAdamWAtWorldSizeFour) {
       padded_shards += padded(n, kWorld) / kWorld * kFloat;
     }
     const int64_t root_gathered = padded(numels.at(""), kWorld) * kFloat;
+    // A reduction's buffer: a row per rank plus the result row, each a shard
+    // plus one used-flag per parameter.
+    int64_t largest_reduce = 0, all_reduces = 0;
+    for (const auto& [unit, count] : unit_param_counts(*model)) {
+      const int64_t row = padded(numels.at(unit), kWorld) / kWorld + count;
+      const int64_t buffer = (kWorld + 1) * row * kFloat;
+      largest_reduce = std::max(largest_reduce, buffer);
+      all_reduces += buffer;
+    }
 
     MemoryStats stats = memory_stats(*model);
     EXPECT_EQ(stats.unsharded_param_bytes, unsharded_param_bytes) << who;
@@ -122,6 +140,17 @@ TEST_P(MemoryAccounting, FullShardAdamWAtWorldSizeFour) {
       }
       EXPECT_EQ(after_backward.gathered_param_bytes, 0)
           << who << " step " << step << ": parameters still gathered after backward";
+      EXPECT_LE(after_backward.peak_grad_reduce_units, 2) << who << " step " << step;
+      EXPECT_LE(after_backward.peak_grad_reduce_bytes, 2 * largest_reduce)
+          << who << " step " << step << ": more than two reductions' buffers alive at once";
+      EXPECT_GE(after_backward.peak_grad_reduce_bytes, largest_reduce)
+          << who << " step " << step << ": every unit reduces, so one buffer must be counted";
+      if (n_layer >= 3) {
+        EXPECT_LT(after_backward.peak_grad_reduce_bytes, all_reduces)
+            << who << " step " << step << ": every unit's full gradient was alive at once";
+      }
+      EXPECT_EQ(after_backward.grad_reduce_bytes, 0)
+          << who << " step " << step << ": reductions still in flight after backward";
       opt.step();
     }
 

@@ -76,6 +76,12 @@ struct MemoryStats {
   // backward (FullyShardOptions::reshard_after_forward_group_size).
   int64_t post_forward_shard_bytes = 0;       // alive now
   int64_t peak_post_forward_shard_bytes = 0;  // most at once since reset
+  // Buffers of gradient reductions in flight in backward (each holds one
+  // unit's full gradient in the reduce dtype, plus a row for the result); at
+  // most two units' at once.
+  int64_t grad_reduce_bytes = 0;       // alive now
+  int64_t peak_grad_reduce_bytes = 0;  // most at once since reset
+  int peak_grad_reduce_units = 0;      // most units reducing at once since reset
   // Deferred init: the most full parameter bytes materialized at once while
   // fully_shard initialized deferred parameters (one module's); 0 if none.
   int64_t peak_init_param_bytes = 0;

@@ -4,6 +4,7 @@
 // orphans are in test_launcher_faults.cpp.
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -88,6 +89,22 @@ TEST(Launcher, TimeoutIsExportedToEveryWorkerAndOtherwiseInherited) {
   Result inherited = run_launcher({"--", kProbe, "--print-var", "FSDP_COMM_TIMEOUT"},
                                   {"FSDP_COMM_TIMEOUT=7"});
   EXPECT_TRUE(contains(inherited.out, "[rank 0] var FSDP_COMM_TIMEOUT=7")) << inherited.describe();
+}
+
+// --memory-limit sets every worker's RLIMIT_DATA (fsdp-plan's budgets are per
+// rank); without it the workers inherit the launcher's.
+TEST(Launcher, MemoryLimitIsEveryWorkersDataLimit) {
+  Result set = run_launcher({"--nproc-per-node", "2", "--memory-limit", "1.5G", "--", kProbe,
+                             "--print-data-limit"});
+  ASSERT_TRUE(set.exited_with(0)) << set.describe();
+  for (const char* line : {"[rank 0] data-limit 1610612736", "[rank 1] data-limit 1610612736"}) {
+    EXPECT_TRUE(contains(set.out, line)) << set.describe();
+  }
+  rlimit ours{};
+  getrlimit(RLIMIT_DATA, &ours);
+  const std::string expected = ours.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(ours.rlim_cur);
+  Result inherited = run_launcher({"--", kProbe, "--print-data-limit"});
+  EXPECT_TRUE(contains(inherited.out, "[rank 0] data-limit " + expected)) << inherited.describe();
 }
 
 TEST(Launcher, StandalonePicksAFreeLocalPortSharedByAllRanks) {
@@ -192,6 +209,10 @@ TEST(Launcher, BadInputIsRejectedWithExitCode2AndTheFix) {
        "fsdp-run: --timeout must be a number of seconds greater than 0 and at most 86400, got "
        "'0' (e.g. --timeout 600)"},
       {{"--timeout", "1e9", "--", kProbe}, "--timeout must be a number of seconds"},
+      {{"--memory-limit", "3X", "--", kProbe},
+       "fsdp-run: --memory-limit '3X' is not a size; pass bytes, or a number with K, M, G or T "
+       "(powers of 1024), e.g. --memory-limit 3G"},
+      {{"--memory-limit", "0", "--", kProbe}, "--memory-limit '0' is not a size"},
       {{"--nnodes", "1:4", "--", kProbe}, "fsdp-run has no elastic mode"},
       {{"--nproc-per-node", "2", "--"}, "fsdp-run: no program to run; give it after '--'"},
       {{"--nproc-per-node", "2"}, "fsdp-run: no program to run"},
@@ -259,7 +280,7 @@ TEST(Launcher, HelpDocumentsEveryFlagWithItsDefault) {
        {"--nproc-per-node,--nproc_per_node N=1", "--nnodes N=1", "--node-rank,--node_rank R=0",
         "--master-addr,--master_addr HOST=127.0.0.1", "--master-port,--master_port PORT=29500",
         "--standalone", "--no-prefix", "--grace-period,--grace_period SECONDS=5",
-        "--timeout SECONDS", "FSDP_COMM_TIMEOUT",
+        "--timeout SECONDS", "FSDP_COMM_TIMEOUT", "--memory-limit,--memory_limit SIZE", "RLIMIT_DATA",
         "-- PROGRAM [ARGS...]", "[rank R]", "mpirun", "srun", "--nnodes 2 --node-rank 1"}) {
     EXPECT_TRUE(contains(r.out, text)) << "help lacks '" << text << "'\n" << r.out;
   }

@@ -12,6 +12,7 @@
 //   --wait-all N       wait (at most 30 s) until D/pid.0 .. D/pid.<N-1> exist
 //   --print-env        stdout: "env RANK=.. WORLD_SIZE=.. ..."; stderr: "stderr-line rank=R"
 //   --print-var NAME   stdout: "var NAME=<value, or unset>"
+//   --print-data-limit stdout: "data-limit <RLIMIT_DATA in bytes, or unlimited>"
 //   --lines N          N lines "line <RANK> <i>", each written in two pieces
 //   --long-line N      one line of N 'x' bytes, then '\n', on stdout
 //   --write-cr         "step 1\rstep 2\r\n" on stdout
@@ -23,6 +24,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -165,6 +167,14 @@ int main(int argc, char** argv) {
     } else if (arg == "--print-var") {
       const std::string name = next();
       std::printf("var %s=%s\n", name.c_str(), env_or(name.c_str(), "unset").c_str());
+    } else if (arg == "--print-data-limit") {
+      rlimit limit{};
+      getrlimit(RLIMIT_DATA, &limit);
+      if (limit.rlim_cur == RLIM_INFINITY) {
+        std::printf("data-limit unlimited\n");
+      } else {
+        std::printf("data-limit %llu\n", static_cast<unsigned long long>(limit.rlim_cur));
+      }
     } else if (arg == "--lines") {
       int n = std::atoi(next().c_str());
       for (int k = 0; k < n; ++k) {

@@ -88,6 +88,26 @@ std::optional<double> to_seconds(const std::string& text) {
   return value;
 }
 
+// "3G", "512M", "1.5G", "1048576": bytes, with K, M, G or T as powers of
+// 1024; nullopt for anything else, zero, or more than 2^62.
+std::optional<int64_t> to_bytes(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  const std::string suffix(end);
+  const std::string units = "KMGT";
+  double scale = 1;
+  if (suffix.size() == 1 && units.find(suffix[0]) != std::string::npos) {
+    for (size_t i = 0; i <= units.find(suffix[0]); ++i) scale *= 1024;
+  } else if (!suffix.empty()) {
+    return std::nullopt;
+  }
+  value *= scale;
+  if (errno != 0 || !(value >= 1) || value > 4.6e18) return std::nullopt;
+  return static_cast<int64_t>(value);
+}
+
 // The flags as the user typed them, before conversion.
 struct RawFlags {
   std::string nproc_per_node = "1";
@@ -97,6 +117,7 @@ struct RawFlags {
   std::string master_port = "29500";
   std::string grace_period = "5";
   std::string timeout;  // "" = FSDP_COMM_TIMEOUT as inherited, or the library's 300 s
+  std::string memory_limit;  // "" = none
   bool standalone = false;
   bool no_prefix = false;
 };
@@ -206,6 +227,16 @@ std::string convert(const RawFlags& raw, const CLI::App& app, LaunchOptions& opt
   if (error.empty()) error = convert_rendezvous_and_grace(raw, opts);
   if (error.empty()) error = convert_timeout(raw, opts);
   if (error.empty() && raw.standalone) error = check_standalone(app, opts.nnodes);
+  if (error.empty() && !raw.memory_limit.empty()) {
+    const auto bytes = to_bytes(raw.memory_limit);
+    if (!bytes) {
+      error = fmt::format("--memory-limit '{}' is not a size; pass bytes, or a number with K, M, "
+                          "G or T (powers of 1024), e.g. --memory-limit 3G",
+                          raw.memory_limit);
+    } else {
+      opts.memory_limit_bytes = *bytes;
+    }
+  }
   opts.standalone = raw.standalone;
   opts.prefix_output = !raw.no_prefix;
   return error;
@@ -247,6 +278,11 @@ void add_launcher_flags(CLI::App& app, RawFlags& raw) {
                  "peer before it fails naming that peer; exported as FSDP_COMM_TIMEOUT "
                  "(default: FSDP_COMM_TIMEOUT if set, else 300)")
       ->type_name("SECONDS");
+  app.add_option("--memory-limit,--memory_limit", raw.memory_limit,
+                 "Each worker's data memory limit (RLIMIT_DATA), e.g. 3G: an allocation past it "
+                 "fails in the worker, which reports it, instead of the machine swapping or "
+                 "the kernel killing a rank (default: none)")
+      ->type_name("SIZE");
 }
 
 // argv split at the first "--" ourselves: everything after it belongs to

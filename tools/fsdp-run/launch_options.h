@@ -3,6 +3,7 @@
 // The flags mirror torchrun (both --nproc-per-node and --nproc_per_node are
 // accepted) so job scripts written for torchrun work unchanged.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ struct LaunchOptions {
   double grace_period_s = 5.0;  // SIGTERM -> SIGKILL delay, seconds, >= 0
   std::string comm_timeout_s;   // --timeout, exported as FSDP_COMM_TIMEOUT; "" = inherit
   double stall_timeout_s = 300;  // --timeout, else FSDP_COMM_TIMEOUT, else 300
+  int64_t memory_limit_bytes = 0;  // --memory-limit: each worker's RLIMIT_DATA; 0 = none
   std::vector<std::string> command;  // program, then its arguments
 
   int world_size() const { return nnodes * nproc_per_node; }

@@ -122,6 +122,7 @@ class Supervisor {
       request.argv = opts_.command;
       request.env = worker_environment(opts_, w.place, environ);
       request.capture_output = opts_.prefix_output;
+      request.data_limit_bytes = opts_.memory_limit_bytes;
       SpawnedWorker spawned = spawn_worker(request);
       w.pid = spawned.pid;
       w.running = spawned.pid > 0;

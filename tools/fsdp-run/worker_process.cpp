@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,6 +54,12 @@ void close_pair(int fds[2]) {
   if (devnull != STDIN_FILENO) close(devnull);
   if (request.capture_output) {
     if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0) fail(errno);
+  }
+  // setrlimit is a plain system call, safe between fork and exec.
+  if (request.data_limit_bytes > 0) {
+    const rlimit limit{static_cast<rlim_t>(request.data_limit_bytes),
+                       static_cast<rlim_t>(request.data_limit_bytes)};
+    if (setrlimit(RLIMIT_DATA, &limit) != 0) fail(errno);
   }
   execve(request.path.c_str(), argv, envp);
   fail(errno);

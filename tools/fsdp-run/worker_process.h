@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@ struct SpawnRequest {
   std::vector<std::string> argv;      // argv[0] is the name the user typed
   std::vector<std::string> env;       // "NAME=value" entries
   bool capture_output = true;         // false: inherit our stdout/stderr
+  int64_t data_limit_bytes = 0;       // RLIMIT_DATA set in the child; 0 = unchanged
 };
 
 struct SpawnedWorker {

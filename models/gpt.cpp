@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "fsdp/deferred_init.h"
 #include "fsdp/models/gpt_size.h"
 
 namespace fsdp::models {
@@ -86,6 +87,7 @@ GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
     if (config.shard_blocks) {
       fsdp::Sharded<Block> unit(config);
       unit->set_activation_checkpointing(checkpointed);
+      if (config.deferred_init) fsdp::defer_init(*unit);  // before the next block exists
       blocks_->push_back(unit);
     } else if (checkpointed) {
       blocks_->push_back(fsdp::Checkpointed<Block>(config));
@@ -94,14 +96,26 @@ GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
     }
   }
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.d_model})));
-  // GPT-2 style init: small normal weights, zero biases.
+  if (config.deferred_init) {
+    fsdp::defer_init(*this);  // the root's own: embeddings, ln_f
+    return;
+  }
+  // Its submodules only: a module cannot hand out a shared_ptr to itself in its
+  // constructor, and the GPT has no parameters of its own.
+  for (const auto& module : modules(/*include_self=*/false)) init_gpt_module(*module);
+}
+
+void init_gpt_module(torch::nn::Module& module) {
   at::NoGradGuard no_grad;
-  for (auto& p : named_parameters()) {
-    if (p.key().find("ln") != std::string::npos) continue;
-    if (p.value().dim() >= 2) {
-      p.value().normal_(0.0, 0.02);
+  const bool layer_norm = module.as<torch::nn::LayerNormImpl>() != nullptr;
+  for (auto& p : module.named_parameters(/*recurse=*/false)) {
+    at::Tensor& value = p.value();
+    if (layer_norm) {
+      p.key() == "weight" ? value.fill_(1.0) : value.zero_();
+    } else if (value.dim() >= 2) {
+      value.normal_(0.0, 0.02);
     } else {
-      p.value().zero_();
+      value.zero_();
     }
   }
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "fsdp/checkpoint/reader.h"
+#include "harness/fsdp_run.h"
 #include "harness/trainer_runs.h"
 
 namespace {
@@ -179,6 +180,53 @@ TEST(Trainer, ActivationCheckpointingTrainsTheSameLossCurve) {
       expect_close(got_two[i].at("loss"), expected[i].at("loss"), 1e-4, step + " loss on 2 ranks");
     }
     EXPECT_EQ(got_one.back().at("val_loss").get<double>(), expected.back().at("val_loss").get<double>());
+  }
+}
+
+// --deferred-init: no rank builds the whole model, and the weights, hence
+// every loss and gradient norm, are bitwise those of the ordinary build (the
+// same draws in the same order), alone and on two ranks. The per-rank memory
+// figures are in metrics.jsonl and the summary.
+TEST(Trainer, DeferredInitTrainsBitwiseLikeTheOrdinaryBuild) {
+  TempDir tmp;
+  const auto common = tiny({"--steps", "3", "--sample-bytes", "0", "--eval-every", "0"});
+  for (int world : {1, 2}) {
+    SCOPED_TRACE("world size " + std::to_string(world));
+    const std::string plain = tmp / fmt::format("plain{}", world);
+    const std::string deferred = tmp / fmt::format("deferred{}", world);
+    expect_all_ok(run_ranks(concat(common, {"--run-dir", plain}), world));
+    const auto runs = run_ranks(concat(common, {"--deferred-init", "--run-dir", deferred}), world);
+    expect_all_ok(runs);
+    const auto expected = read_metrics(plain), got = read_metrics(deferred);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].at("loss").get<double>(), expected[i].at("loss").get<double>()) << i;
+      EXPECT_EQ(got[i].at("grad_norm").get<double>(), expected[i].at("grad_norm").get<double>()) << i;
+      const auto tensors = got[i].at("peak_tensor_bytes").get<std::vector<int64_t>>();
+      const auto resident = got[i].at("peak_resident_bytes").get<std::vector<int64_t>>();
+      ASSERT_EQ(tensors.size(), static_cast<size_t>(world));
+      ASSERT_EQ(resident.size(), static_cast<size_t>(world));
+      for (int r = 0; r < world; ++r) EXPECT_GT(resident[r], tensors[r]) << "rank " << r;
+    }
+    EXPECT_NE(runs[0].output.find("peak tensors"), std::string::npos) << runs[0].output;
+  }
+}
+
+// Under a per-rank limit the model cannot fit in (fsdp-run --memory-limit
+// sets RLIMIT_DATA), every rank refuses before building it, naming the
+// limit and the fixes, and the job ends with an error, not a crash.
+TEST(Trainer, AModelOverTheRankMemoryLimitIsRefusedNamingIt) {
+  TempDir tmp;
+  ChildProcess job(tmp, kLauncher,
+                   {"--standalone", "--nproc-per-node", "2", "--memory-limit", "1G", "--",
+                    FSDP_BIN_DIR "/fsdp-train",
+                    "--layers", "4", "--width", "2048", "--heads", "16", "--context", "32",
+                    "--run-dir", tmp / "run"});
+  const ChildResult r = job.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(r.exited_with(2)) << r.describe();
+  for (const char* text : {"does not fit in this rank's memory limit", "1.00 GiB", "RLIMIT_DATA",
+                           "--deferred-init", "fsdp-plan --fit"}) {
+    EXPECT_TRUE(contains(r.out + r.err, text)) << text << "\n" << r.describe();
   }
 }
 

@@ -17,6 +17,7 @@ GPTConfig model_config(const TrainOptions& o) {
   config.n_head = o.heads;
   config.shard_blocks = true;  // each block its own FSDP unit
   config.checkpoint_every = checkpoint_every(o).value_or(0);  // checked by check_options
+  config.deferred_init = o.deferred_init;  // fully_shard then needs init_gpt_module
   return config;
 }
 

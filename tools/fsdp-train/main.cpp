@@ -111,7 +111,8 @@ bool check_memory(const TrainSetup& setup, int ranks_on_node, std::vector<std::s
   // [Note: the memory check before building the model]
   if (!errors.empty()) return true;  // the batch layout it needs may be invalid
   if (std::string e = fsdp_train::check_fits_in_memory(setup.options, setup.layout, ranks_on_node,
-                                                       available);
+                                                       available,
+                                                       fsdp_train::rank_memory_limit_bytes());
       !e.empty()) {
     errors.push_back(std::move(e));
   }

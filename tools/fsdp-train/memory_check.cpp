@@ -1,6 +1,7 @@
 #include "memory_check.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -49,13 +50,29 @@ std::string human(double bytes) {
 double estimated_rank_bytes(const TrainOptions& o, const BatchLayout& layout) {
   const double full_model = kFloatBytes * parameter_count(o);
   const double shards = 4 * full_model / std::max(1, layout.world_size);  // params, grads, 2 moments
-  return full_model + shards + activation_bytes(o, layout);
+  // Deferred, a rank builds one module at a time: a block's parameters.
+  const double w = static_cast<double>(o.width);
+  const double built = o.deferred_init ? kFloatBytes * (12 * w * w + 13 * w) : full_model;
+  return built + shards + activation_bytes(o, layout);
 }
 
 std::string check_fits_in_memory(const TrainOptions& o, const BatchLayout& layout,
-                                 int ranks_on_node, std::optional<int64_t> available_bytes) {
-  if (!available_bytes) return "";
+                                 int ranks_on_node, std::optional<int64_t> available_bytes,
+                                 std::optional<int64_t> rank_limit_bytes) {
   const double per_rank = estimated_rank_bytes(o, layout);
+  if (rank_limit_bytes && per_rank > static_cast<double>(*rank_limit_bytes)) {
+    return fmt::format(
+        "the model does not fit in this rank's memory limit: --layers {} --width {} --context {} "
+        "is {:.3g} parameters; each rank needs at least {} ({}its shards of the parameters, "
+        "gradients and AdamW state, and one micro-batch's activations), but its limit is {} "
+        "(RLIMIT_DATA, e.g. fsdp-run --memory-limit). Run more ranks (each holds 1/{} of the "
+        "state now){}, or pass a smaller model or --micro-batch; `fsdp-plan --fit` lists "
+        "settings that fit",
+        o.layers, o.width, o.context, parameter_count(o), human(per_rank),
+        o.deferred_init ? "" : "the full model while it is built, then ", human(static_cast<double>(*rank_limit_bytes)),
+        layout.world_size, o.deferred_init ? "" : ", pass --deferred-init");
+  }
+  if (!available_bytes) return "";
   const double needed = per_rank * std::max(1, ranks_on_node);
   if (needed <= static_cast<double>(*available_bytes)) return "";
   return fmt::format(
@@ -81,6 +98,12 @@ std::string check_corpus_fits(const std::string& data_path, int ranks_on_node,
       "smaller --data file (a slice of this one trains the same way)",
       data_path, human(static_cast<double>(size)), ranks_on_node, ranks_on_node == 1 ? "" : "s",
       human(needed), human(static_cast<double>(*available_bytes)));
+}
+
+std::optional<int64_t> rank_memory_limit_bytes() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_DATA, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  return static_cast<int64_t>(limit.rlim_cur);
 }
 
 std::optional<int64_t> available_memory_bytes() {

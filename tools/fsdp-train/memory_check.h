@@ -6,11 +6,13 @@
 // `--width 65536` died later in the allocator. Each rank first builds the
 // full fp32 model (so the initial weights do not depend on the world size),
 // then keeps its shards and trains with sharded gradients and AdamW's two
-// moments. So a rank needs at least the full model's bytes while building,
-// plus 4 more shard-sized tensors, plus the activations of one micro-batch.
-// That lower bound, times the ranks on this node, must fit in the memory the
-// kernel calls available (MemAvailable). Sizes are computed in floating
+// moments. So a rank needs at least the full model's bytes while building
+// (one block's with --deferred-init), plus 4 more shard-sized tensors, plus
+// the activations of one micro-batch. That lower bound must fit in a rank's
+// own limit (RLIMIT_DATA) and, times the ranks on this node, in the memory
+// the kernel calls available (MemAvailable). Sizes are computed in floating
 // point, so absurd options give a large number, not a wrapped one.
+// fsdp-plan gives the full picture; this check only refuses what cannot work.
 
 #include <cstdint>
 #include <optional>
@@ -23,10 +25,16 @@ namespace fsdp_train {
 // A lower bound on one rank's peak bytes for these options.
 double estimated_rank_bytes(const TrainOptions& o, const BatchLayout& layout);
 
-// "" when ranks_on_node ranks fit in available_bytes, else a message with
-// the numbers and the fix. available_bytes: none skips the check.
+// "" when one rank fits in its own limit (rank_limit_bytes: RLIMIT_DATA, as
+// fsdp-run --memory-limit sets it) and ranks_on_node ranks fit in
+// available_bytes, else a message with the numbers and the fix. none skips
+// either check.
 std::string check_fits_in_memory(const TrainOptions& o, const BatchLayout& layout,
-                                 int ranks_on_node, std::optional<int64_t> available_bytes);
+                                 int ranks_on_node, std::optional<int64_t> available_bytes,
+                                 std::optional<int64_t> rank_limit_bytes = std::nullopt);
+
+// This process's data limit (RLIMIT_DATA), or none when unlimited.
+std::optional<int64_t> rank_memory_limit_bytes();
 
 // "" when every rank on this node can hold the corpus `data_path` (""
 // means the small default corpus), else a message with its size, what is

@@ -44,6 +44,8 @@ std::string StepRecord::to_json_line() const {
   number("elapsed_s", elapsed_s);
   integers("sharded_param_bytes", sharded_param_bytes);
   integers("peak_gathered_param_bytes", peak_gathered_param_bytes);
+  integers("peak_tensor_bytes", peak_tensor_bytes);
+  integers("peak_resident_bytes", peak_resident_bytes);
   if (val_loss) number("val_loss", *val_loss);
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());
@@ -77,6 +79,8 @@ std::optional<StepRecord> StepRecord::from_json_line(const std::string& line) {
   r.elapsed_s = number("elapsed_s");
   r.sharded_param_bytes = integers("sharded_param_bytes");
   r.peak_gathered_param_bytes = integers("peak_gathered_param_bytes");
+  r.peak_tensor_bytes = integers("peak_tensor_bytes");
+  r.peak_resident_bytes = integers("peak_resident_bytes");
   if (j.HasMember("val_loss") && j["val_loss"].IsNumber()) r.val_loss = j["val_loss"].GetDouble();
   return r;
 }

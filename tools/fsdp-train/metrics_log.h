@@ -5,7 +5,12 @@
 //   {"step":12,"loss":4.0913848876953125,"lr":0.0012,"grad_norm":0.84,
 //    "tokens_per_s":14210.5,"ms":288.2,"elapsed_s":3.6,
 //    "sharded_param_bytes":[...per rank],"peak_gathered_param_bytes":[...],
+//    "peak_tensor_bytes":[...],"peak_resident_bytes":[...],
 //    "val_loss":4.02}                       (val_loss only on evaluation steps)
+//
+// peak_tensor_bytes is each rank's peak during this step; peak_resident_bytes
+// its high-water mark since it started ([Note: what the trainer's memory
+// figures cover] in peak_memory.h).
 //
 // `loss` is the mean over the whole global batch, written with full
 // precision, so runs can be compared bit for bit.
@@ -28,6 +33,8 @@ struct StepRecord {
   double elapsed_s = 0;  // wall time since training started
   std::vector<int64_t> sharded_param_bytes;        // per rank
   std::vector<int64_t> peak_gathered_param_bytes;  // per rank, during this step
+  std::vector<int64_t> peak_tensor_bytes;          // per rank, during this step
+  std::vector<int64_t> peak_resident_bytes;        // per rank, since it started
   std::optional<double> val_loss;
 
   // One line of metrics.jsonl (a JSON object, no newline).

@@ -62,13 +62,15 @@ void print_summary(const RunSummary& s) {
              s.final_val_loss ? fmt::format(", {:.4f} validation", *s.final_val_loss)
                               : std::string());
   fmt::print("  throughput      {} tokens/s (all ranks)\n", human_count(s.mean_tokens_per_s));
-  fmt::print("\n  {:>4}  {:>14}  {:>14}  {:>15}  {:>13}\n", "rank", "sharded params",
-             "sharded grads", "optimizer state", "peak gathered");
+  fmt::print("\n  {:>4}  {:>14}  {:>14}  {:>15}  {:>13}  {:>12}  {:>13}\n", "rank",
+             "sharded params", "sharded grads", "optimizer state", "peak gathered",
+             "peak tensors", "peak resident");
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     const RankMemory& m = s.ranks[r];
-    fmt::print("  {:>4}  {:>14}  {:>14}  {:>15}  {:>13}\n", r, human_bytes(m.sharded_params),
-               human_bytes(m.sharded_grads), human_bytes(m.optimizer_state),
-               human_bytes(m.peak_gathered));
+    fmt::print("  {:>4}  {:>14}  {:>14}  {:>15}  {:>13}  {:>12}  {:>13}\n", r,
+               human_bytes(m.sharded_params), human_bytes(m.sharded_grads),
+               human_bytes(m.optimizer_state), human_bytes(m.peak_gathered),
+               human_bytes(m.peak_tensors), human_bytes(m.peak_resident));
   }
   fmt::print("  (the whole model unsharded: {} of parameters)\n\n",
              human_bytes(s.unsharded_param_bytes));

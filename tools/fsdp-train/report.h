@@ -36,6 +36,8 @@ struct RankMemory {
   int64_t sharded_grads = 0;
   int64_t optimizer_state = 0;
   int64_t peak_gathered = 0;  // most gathered parameter bytes at once, over the run
+  int64_t peak_tensors = 0;   // most tensor bytes at once in a step, over the run
+  int64_t peak_resident = 0;  // VmHWM: the process's resident high-water mark
 };
 
 struct RunSummary {

@@ -125,6 +125,10 @@ void add_fsdp_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
                      "keep sharded parameters and gradients in host memory (default: off)"));
   rec(fsdp->add_flag("--no-prefetch", o.no_prefetch,
                      "do not all-gather the next unit ahead of use (default: prefetch on)"));
+  rec(fsdp->add_flag("--deferred-init", o.deferred_init,
+                     "build the model without parameter storage and let fully_shard initialize "
+                     "it one module at a time: no rank ever holds the whole model; the same "
+                     "initial weights (default: every rank builds the whole model first)"));
   rec(fsdp->add_option("--activation-checkpointing", o.activation_checkpointing,
                        "none | all | every-N: blocks whose activations are recomputed in backward "
                        "instead of kept (every-2: blocks 0, 2, 4, ...); saves memory for about "

@@ -47,6 +47,7 @@ struct TrainOptions {
   std::string mixed_precision = "fp32";   // fp32 | bf16
   bool offload = false;
   bool no_prefetch = false;
+  bool deferred_init = false;  // build without parameter storage; fully_shard initializes
   std::string activation_checkpointing = "none";  // none | all | every-N
   double timeout = 0;  // seconds a rank may wait for a peer; 0 = FSDP_COMM_TIMEOUT, else 300
 

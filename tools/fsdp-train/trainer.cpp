@@ -30,6 +30,7 @@
 #include "lr_schedule.h"
 #include "metrics_log.h"
 #include "output_file.h"
+#include "peak_memory.h"
 #include "plot.h"
 #include "progress.h"
 #include "report.h"
@@ -106,6 +107,8 @@ class Trainer {
   double evaluate();
   void save_checkpoint(const std::string& dir, int64_t step);
   std::vector<int64_t> gather(int64_t mine) { return fsdp::all_gather_int64(world_, mine); }
+  // Several figures per rank in one all-gather: result[i][r] is rank r's mine[i].
+  std::vector<std::vector<int64_t>> gather_each(const std::vector<int64_t>& mine);
   double estimate_eta(int64_t step, double elapsed) const;
   // After the loop.
   std::string sample_text();
@@ -131,6 +134,8 @@ class Trainer {
   int64_t start_step_ = 0;
   double recent_step_s_ = 0;  // moving average of the step time
   int64_t run_peak_gathered_ = 0;
+  StepPeakMemory step_memory_;  // installed before the model is built
+  int64_t run_peak_tensors_ = 0;
 };
 
 // Every collective below runs on every rank in the same order; only what
@@ -163,10 +168,12 @@ int Trainer::run() {
 
 void Trainer::build_model() {
   // Every rank builds the same full model from the same seed, then keeps its
-  // shards: the initial weights do not depend on the world size.
+  // shards: the initial weights do not depend on the world size. Deferred,
+  // each rank initializes one module at a time, drawing the same values.
   at::manual_seed(o_.seed);
   const GPTConfig config = model_config(o_);
   fsdp::FullyShardOptions options;
+  if (o_.deferred_init) options.param_init_fn(fsdp::models::init_gpt_module);
   options.process_group(s_.world)
       .strategy(sharding_strategy(o_))
       .mp(mixed_precision_policy(o_))
@@ -273,6 +280,7 @@ LoopOutcome Trainer::train_loop(Progress& progress) {
 
 AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) {
   fsdp::reset_peak_memory_stats(**model_);
+  step_memory_.start_step();
   const double local_loss = train_step(step);
   AgreedStep agreed;
   agreed.grad_norm = fsdp::clip_grad_norm_(
@@ -314,13 +322,15 @@ double Trainer::train_step(int64_t step) {
 }
 
 // The step's metrics line, but for val_loss and elapsed_s. Collective: it
-// gathers every rank's peak gathered bytes.
+// gathers every rank's memory figures (after timing the step).
 StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
                                 Clock::time_point step_start) {
+  const double step_s = seconds_since(step_start);  // the step, not its bookkeeping
   const int64_t peak = fsdp::memory_stats(**model_).peak_gathered_param_bytes;
   run_peak_gathered_ = std::max(run_peak_gathered_, peak);
-  const std::vector<int64_t> peaks = gather(peak);
-  const double step_s = seconds_since(step_start);
+  const int64_t tensors = step_memory_.step_peak_tensor_bytes();
+  run_peak_tensors_ = std::max(run_peak_tensors_, tensors);
+  const auto per_rank = gather_each({peak, tensors, peak_resident_bytes()});
   recent_step_s_ = recent_step_s_ == 0 ? step_s : 0.9 * recent_step_s_ + 0.1 * step_s;
 
   StepRecord record;
@@ -331,8 +341,23 @@ StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
   record.ms = 1000.0 * step_s;
   record.tokens_per_s = tokens_per_step_ / step_s;
   record.sharded_param_bytes = sharded_bytes_;
-  record.peak_gathered_param_bytes = peaks;
+  record.peak_gathered_param_bytes = per_rank[0];
+  record.peak_tensor_bytes = per_rank[1];
+  record.peak_resident_bytes = per_rank[2];
   return record;
+}
+
+std::vector<std::vector<int64_t>> Trainer::gather_each(const std::vector<int64_t>& mine) {
+  const int64_t n = static_cast<int64_t>(mine.size());
+  at::Tensor in = at::tensor(at::ArrayRef<int64_t>(mine), at::kLong);
+  at::Tensor all = at::empty({world_.size() * n}, at::kLong);
+  world_.all_gather(all, in)->wait();
+  const int64_t* values = all.data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> out(mine.size());
+  for (int r = 0; r < world_.size(); ++r) {
+    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)].push_back(values[r * n + i]);
+  }
+  return out;
 }
 
 // Rank 0: metrics.jsonl and the progress line.
@@ -415,9 +440,11 @@ std::vector<RankMemory> Trainer::gather_rank_memory() {
   const auto grads = gather(grad_bytes);
   const auto optim = gather(fsdp::optimizer_state_bytes(*optimizer_));
   const auto peaks = gather(run_peak_gathered_);
+  const auto tensors = gather(run_peak_tensors_);
+  const auto resident = gather(peak_resident_bytes());
   std::vector<RankMemory> ranks;
   for (size_t r = 0; r < params.size(); ++r) {
-    ranks.push_back(RankMemory{params[r], grads[r], optim[r], peaks[r]});
+    ranks.push_back(RankMemory{params[r], grads[r], optim[r], peaks[r], tensors[r], resident[r]});
   }
   return ranks;
 }

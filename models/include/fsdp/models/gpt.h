@@ -34,6 +34,11 @@ struct GPTConfig {
   // as a unit (UnitModule::set_activation_checkpointing), another one
   // through fsdp::Checkpointed<Block>.
   int64_t checkpoint_every = 0;
+  // Build without parameter storage (fsdp::defer_init); with shard_blocks
+  // each block is deferred right after it is made, so no rank ever holds
+  // the whole model. Pass init_gpt_module as fully_shard's param_init_fn:
+  // the weights come out as without it (the same draws in the same order).
+  bool deferred_init = false;
 
   // Throws c10::Error naming the bad field and the fix.
   void validate() const;
@@ -87,5 +92,11 @@ TORCH_MODULE(GPT);
 
 // Mean cross-entropy of next-byte prediction: logits [B, T, V], targets [B, T].
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets);
+
+// GPT-2 style initialization of one module's own parameters: normal(0, 0.02)
+// matrices, zero vectors, LayerNorms ones and zeros. The GPT runs it over its
+// modules in pre-order; a deferred GPT gets it through fully_shard's
+// param_init_fn, which walks the modules in the same order.
+void init_gpt_module(torch::nn::Module& module);
 
 }  // namespace fsdp::models

@@ -4,7 +4,7 @@
 #   P/lib/libfsdp.so            the library
 #   P/lib/cmake/fsdp/           fsdpConfig.cmake, fsdpConfigVersion.cmake and
 #                               fsdpTargets.cmake, for find_package(fsdp)
-#   P/bin/fsdp-run, fsdp-train, fsdp-ckpt, fsdp-bench   (those built)
+#   P/bin/fsdp-run, fsdp-train, fsdp-ckpt, fsdp-plan, fsdp-bench   (those built)
 # (lib/ is GNUInstallDirs' CMAKE_INSTALL_LIBDIR.) The demo GPT (models/) is
 # not installed: it is for the trainer, the benchmarks and the tests.
 #
@@ -28,7 +28,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/fsdp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
 
-foreach(tool fsdp-run fsdp-train fsdp-ckpt fsdp-bench)
+foreach(tool fsdp-run fsdp-train fsdp-ckpt fsdp-plan fsdp-bench)
   if(TARGET ${tool})
     set_target_properties(${tool} PROPERTIES
       INSTALL_RPATH "$ORIGIN/${fsdp_bin_to_lib}"

@@ -1,0 +1,243 @@
+#include "calibrate.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "fsdp/comm/launch_env.h"
+#include "fsdp/comm/process_group.h"
+#include "gpt_workload.h"
+#include "hardware_profile.h"
+#include "time_plan.h"
+
+namespace fsdp_plan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Seconds per call of fn, repeated for about `budget` seconds (at least 3).
+template <class Fn>
+double seconds_per_call(Fn&& fn, double budget) {
+  fn();  // warm up
+  std::vector<double> times;
+  const auto start = Clock::now();
+  while (times.size() < 3 || std::chrono::duration<double>(Clock::now() - start).count() < budget) {
+    const auto t0 = Clock::now();
+    fn();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+double matmul_flops(at::ScalarType dtype, double budget) {
+  const int64_t n = 1024;
+  at::Tensor a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
+  const double s = seconds_per_call([&] { at::mm(a, b); }, budget);
+  return 2.0 * n * n * n / s;
+}
+
+double copy_bytes_per_s(double budget) {
+  at::Tensor a = at::ones({32 << 20}), b = at::empty({32 << 20});
+  const double s = seconds_per_call([&] { b.copy_(a); }, budget);
+  return 2.0 * static_cast<double>(a.nbytes()) / s;  // read and write
+}
+
+double all_gather_s(fsdp::ProcessGroup& group, int64_t bytes_total, double budget) {
+  const int64_t per_rank = bytes_total / 4 / group.size();
+  at::Tensor in = at::ones({per_rank}), out = at::empty({per_rank * group.size()});
+  // Every rank must run the same number of calls: a fixed count from the budget.
+  const double once = seconds_per_call([&] { group.all_gather(out, in)->wait(); }, 0);
+  const int calls = static_cast<int>(std::clamp(budget / std::max(once, 1e-6), 3.0, 200.0));
+  at::Tensor agreed = at::tensor({static_cast<double>(calls)}, at::kDouble);
+  group.all_reduce(agreed, fsdp::ReduceOp::kMin)->wait();
+  std::vector<double> times;
+  for (int i = 0; i < static_cast<int>(agreed.item<double>()); ++i) {
+    const auto t0 = Clock::now();
+    group.all_gather(out, in)->wait();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+double proc_status_bytes(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    std::istringstream in(line);
+    std::string name;
+    double kib = 0;
+    if (in >> name >> kib && name == field) return kib * 1024;
+  }
+  return 0;
+}
+
+double mem_total_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name;
+  double kib = 0;
+  meminfo >> name >> kib;  // MemTotal is the first line
+  return kib * 1024;
+}
+
+// [Note: resident memory beyond the tensors]
+// A rank's resident memory exceeds its runtime plus its live tensors: glibc
+// serves large tensors from the heap once freed ones have raised its mmap
+// threshold, and keeps what is freed there, fragmented, for reuse (forcing
+// mmap, MALLOC_MMAP_THRESHOLD_=131072, returns it but made fsdp-train's
+// steps ~25% slower here). How much is kept depends on the allocator and the
+// workload, so calibrate measures it on the workload the planner models: a
+// few AdamW steps of a small GPT, as the fraction of the tensor peak that
+// the resident high-water mark exceeds it by.
+//
+// [Note: compute calibrated on the GPT]
+// A matmul's rate overstates what a training step achieves: elementwise
+// operations, per-operation and per-unit overhead (hooks, the optimizer's
+// per-parameter loop) add time that shrinks in proportion as a model grows.
+// Calibrate times the GPT's steps at two widths and fits the planner's
+// compute model, t = flops / (fraction x matmul rate) + optimizer + units x
+// unit cost, to both: the achieved fraction and the cost per unit.
+struct ComputeFit {
+  double achieved_fraction = 1, unit_overhead_s = 0, retention = 0;
+};
+
+ComputeFit fit_compute(const HardwareProfile& measured) {
+  const GptSizes small{2, 64, 2, 64, 256}, wide{2, 256, 4, 64, 256};
+  const int64_t batch = 4;  // sequences per rank, as validate's cases at 2 ranks
+  const WorkloadResult a = run_gpt_workload(small, batch, 3);
+  const WorkloadResult b = run_gpt_workload(wide, batch, 3);
+  HardwareProfile ideal = measured;
+  ideal.achieved_fraction = 1;
+  ideal.unit_overhead_s = 0;
+  TrainingSetup one;
+  one.micro_batch = batch;
+  const TimePlan pa = plan_time(gpt_model_spec(small), one, ideal);
+  const TimePlan pb = plan_time(gpt_model_spec(wide), one, ideal);
+  ComputeFit fit;
+  const double extra = (b.step_s - pb.optimizer_s) - (a.step_s - pa.optimizer_s);
+  fit.achieved_fraction = extra > 0 ? std::clamp((pb.compute_s - pa.compute_s) / extra, 0.01, 1.0) : 1.0;
+  const double units = static_cast<double>(gpt_model_spec(small).units.size());
+  fit.unit_overhead_s =
+      std::max(0.0, (a.step_s - pa.optimizer_s - pa.compute_s / fit.achieved_fraction) / units);
+  fit.retention = std::max(0.0, b.resident_beyond / b.tensor_peak);
+  return fit;
+}
+
+// Median over ranks of one figure (collective).
+double median_over_ranks(fsdp::ProcessGroup& group, double mine) {
+  at::Tensor in = at::tensor({mine}, at::kDouble);
+  at::Tensor all = at::empty({group.size()}, at::kDouble);
+  group.all_gather(all, in)->wait();
+  std::vector<double> v(all.data_ptr<double>(), all.data_ptr<double>() + group.size());
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+int relaunch_under_fsdp_run(const CalibrateOptions& o, const std::string& self) {
+  const auto run = std::filesystem::path(self).parent_path() / "fsdp-run";
+  if (!std::filesystem::exists(run)) {
+    fmt::print(stderr, "fsdp-plan calibrate: fsdp-run is not next to {}; run `fsdp-run "
+               "--standalone --nproc-per-node {} -- {} calibrate --output {}` yourself\n",
+               self, o.nproc_per_node, self, o.output);
+    return 1;
+  }
+  const std::string n = std::to_string(o.nproc_per_node);
+  fmt::print("fsdp-plan calibrate: measuring with {} ranks under {}\n", n, run.string());
+  std::fflush(stdout);
+  std::vector<std::string> args = {run.string(), "--standalone", "--nproc-per-node", n, "--",
+                                   self, "calibrate", "--output", o.output};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(argv[0], argv.data());
+  fmt::print(stderr, "fsdp-plan calibrate: cannot run {}\n", run.string());
+  return 1;
+}
+
+
+using Say = std::function<void(const std::string&)>;
+
+// The link: all-gathers of two sizes fitted to the ring's alpha-beta cost.
+Link measure_link(fsdp::ProcessGroup& world, double budget) {
+  const double small = 16 << 10, big = 32 << 20;
+  const double t_small = median_over_ranks(world, all_gather_s(world, static_cast<int64_t>(small), budget));
+  const double t_big = median_over_ranks(world, all_gather_s(world, static_cast<int64_t>(big), budget));
+  const double p = world.size(), share = (p - 1) / p;
+  const double beta = std::max(1e-15, (t_big - t_small) / (share * (big - small)));
+  const double alpha = std::max(0.0, (t_small - share * small * beta) / (p - 1));
+  return Link{alpha, 1 / beta};
+}
+
+// Every figure, the median over ranks (collective).
+HardwareProfile measure(fsdp::ProcessGroup& world, const fsdp::LaunchEnv& env, double budget,
+                        const Say& say) {
+  HardwareProfile prof;
+  matmul_flops(at::kFloat, 0);  // thread pools and BLAS buffers up before the runtime is read
+  prof.runtime_bytes = median_over_ranks(world, proc_status_bytes("VmRSS:"));
+  say(fmt::format("runtime resident memory {:.0f} MiB", prof.runtime_bytes / (1 << 20)));
+  prof.peak_flops_fp32 = median_over_ranks(world, matmul_flops(at::kFloat, budget));
+  say(fmt::format("matmul fp32 {:.1f} GFLOP/s per rank", prof.peak_flops_fp32 / 1e9));
+  prof.peak_flops_bf16 = median_over_ranks(world, matmul_flops(at::kBFloat16, budget));
+  say(fmt::format("matmul bf16 {:.1f} GFLOP/s per rank", prof.peak_flops_bf16 / 1e9));
+  prof.memory_bytes_per_s = median_over_ranks(world, copy_bytes_per_s(budget));
+  say(fmt::format("memory {:.1f} GB/s per rank", prof.memory_bytes_per_s / 1e9));
+  prof.host_link_bytes_per_s = prof.host_memory_bytes_per_s = prof.memory_bytes_per_s;
+  const ComputeFit fit = fit_compute(prof);
+  prof.achieved_fraction = median_over_ranks(world, fit.achieved_fraction);
+  prof.unit_overhead_s = median_over_ranks(world, fit.unit_overhead_s);
+  prof.allocator_retention = median_over_ranks(world, fit.retention);
+  say(fmt::format("GPT steps: {:.0f}% of the matmul rate, {:.2f} ms per unit, the allocator keeps "
+                  "{:.0f}% beyond the tensors",
+                  100 * prof.achieved_fraction, 1e3 * prof.unit_overhead_s, 100 * prof.allocator_retention));
+  prof.intra_node = prof.inter_node = measure_link(world, budget);
+  say(fmt::format("link: alpha {:.1f} us, {:.2f} GB/s", prof.intra_node.latency_s * 1e6,
+                  prof.intra_node.bytes_per_s / 1e9));
+  prof.memory_bytes = mem_total_bytes() / env.local_world_size;
+  prof.host_memory_bytes = mem_total_bytes();
+  prof.ranks_per_node = env.local_world_size;
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  prof.name = fmt::format("calibrated-{}", host);
+  prof.source = fmt::format(
+      "fsdp-plan calibrate, {} ranks of {} threads on one machine; inter-node link = the "
+      "measured local one",
+      env.local_world_size, at::get_num_threads());
+  return prof;
+}
+
+}  // namespace
+
+int calibrate(const CalibrateOptions& o, const std::string& self) {
+  if (!fsdp::launched_distributed()) return relaunch_under_fsdp_run(o, self);
+  const fsdp::LaunchEnv env = fsdp::read_launch_env();
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(omp && std::atoi(omp) > 0 ? std::atoi(omp)
+                                                : std::max(1, cores / env.local_world_size));
+  auto world = fsdp::init_process_group_from_env();
+  const bool rank0 = world->rank() == 0;
+  const Say say = [&](const std::string& what) {
+    if (rank0) fmt::print("  {}\n", what), std::fflush(stdout);
+  };
+  const HardwareProfile prof = measure(*world, env, o.seconds_per_measure, say);
+  if (rank0) {
+    save_profile(prof, o.output);
+    fmt::print("fsdp-plan calibrate: wrote {}\n", o.output);
+  }
+  world->barrier()->wait();
+  return 0;
+}
+
+}  // namespace fsdp_plan

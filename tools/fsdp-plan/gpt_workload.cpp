@@ -1,0 +1,72 @@
+#include "gpt_workload.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fsdp/clip_grad.h"
+#include "fsdp/cpu_allocation_counter.h"
+#include "fsdp/fully_shard.h"
+#include "fsdp/models/gpt.h"
+
+namespace fsdp_plan {
+namespace {
+
+double proc_status_bytes(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    std::istringstream in(line);
+    std::string name;
+    double kib = 0;
+    if (in >> name >> kib && name == field) return kib * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps) {
+  using Clock = std::chrono::steady_clock;
+  std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
+  const double rss_before = proc_status_bytes("VmRSS:");
+  auto& counter = fsdp::CpuAllocationCounter::install();
+  const int64_t counted_before = counter.current_bytes();
+  fsdp::models::GPTConfig config;
+  config.vocab_size = sizes.vocab;
+  config.context = sizes.context;
+  config.d_model = sizes.width;
+  config.n_head = sizes.heads;
+  config.n_layer = sizes.layers;
+  WorkloadResult result;
+  {
+    auto model = fsdp::fully_shard(fsdp::models::GPT(config),
+                                   fsdp::FullyShardOptions(fsdp::make_single_process_group()));
+    torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+    counter.reset_peak();
+    std::vector<double> times;
+    for (int step = 0; step <= steps; ++step) {
+      const auto start = Clock::now();
+      optimizer.zero_grad();
+      at::Tensor tokens = at::randint(0, sizes.vocab, {batch, sizes.context});
+      at::Tensor logits = model->forward(tokens);
+      fsdp::models::lm_loss(logits, tokens).backward();
+      fsdp::clip_grad_norm_(*model, 1.0);  // as fsdp-train's step does
+      optimizer.step();
+      if (step > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    result.step_s = times[times.size() / 2];
+    result.tensor_peak = static_cast<double>(counter.peak_bytes() - counted_before);
+  }
+  result.resident_beyond = proc_status_bytes("VmHWM:") - rss_before - result.tensor_peak;
+  return result;
+}
+
+}  // namespace fsdp_plan

@@ -1,0 +1,21 @@
+#pragma once
+// A few training steps of a small demo GPT as fsdp-train takes them (each
+// block an FSDP unit; forward, backward, gradient clipping, AdamW), on this
+// rank alone: what `fsdp-plan calibrate` measures the machine on, so the
+// profile describes the workload the planner models.
+
+#include "model_spec.h"
+
+namespace fsdp_plan {
+
+struct WorkloadResult {
+  double step_s = 0;        // median over the timed steps
+  double tensor_peak = 0;   // counted tensor bytes at the peak
+  double resident_beyond = 0;  // VmHWM above the runtime and the tensor peak
+};
+
+// Runs `steps` timed steps (after one untimed) at `batch` sequences of the
+// GPT of `sizes`. Installs fsdp::CpuAllocationCounter.
+WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps);
+
+}  // namespace fsdp_plan

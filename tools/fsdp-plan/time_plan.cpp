@@ -1,0 +1,120 @@
+#include "time_plan.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "collective_cost.h"
+#include "memory_plan.h"
+
+namespace fsdp_plan {
+namespace {
+
+// Per unit, in forward order: its compute and its collectives for one
+// micro-batch (gathers) or one step (reductions).
+struct UnitTimes {
+  double forward_s = 0, backward_s = 0;
+  double forward_gather_s = 0, backward_gather_s = 0, reduce_s = 0;
+  double gather_bytes_sent = 0, reduce_bytes_sent = 0;
+};
+
+// [Note: exposed communication]
+// A prefetched gather runs while the unit before it computes, so only what
+// exceeds that compute is waited for; the first gather of each pass is
+// always waited for. A reduction runs while backward computes the unit
+// before it, and the last one is waited for at the end of backward. Without
+// prefetch every gather is waited for. Compute and communication are taken
+// as independent, which they are on a GPU (copy engines, NCCL's SMs aside);
+// on CPU ranks Gloo shares the cores, which the calibrated profile's
+// measured rates absorb only in part.
+double exposed(const std::vector<UnitTimes>& units, const TrainingSetup& s) {
+  double forward = 0, backward = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const double hide_fwd = s.prefetch && i > 0 ? units[i - 1].forward_s : 0;
+    forward += std::max(0.0, units[i].forward_gather_s - hide_fwd);
+  }
+  // Backward runs the units in reverse; unit i's gather hides behind unit
+  // i+1's backward, its reduction behind unit i-1's.
+  for (size_t k = units.size(); k-- > 0;) {
+    const double hide = s.prefetch && k + 1 < units.size() ? units[k + 1].backward_s : 0;
+    backward += std::max(0.0, units[k].backward_gather_s - hide);
+  }
+  return static_cast<double>(s.grad_accum) * (forward + backward);
+}
+
+double exposed_reductions(const std::vector<UnitTimes>& units) {
+  double waited = 0;
+  for (size_t k = units.size(); k-- > 0;) {
+    const double hide = k > 0 ? units[k - 1].backward_s : 0;
+    waited += std::max(0.0, units[k].reduce_s - hide);
+  }
+  return waited;
+}
+
+}  // namespace
+
+TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwareProfile& hw) {
+  const double tokens = static_cast<double>(s.micro_batch) *
+                        static_cast<double>(s.seq_len > 0 ? s.seq_len : m.tokens_per_sample);
+  const double flops_per_s = hw.achieved_flops(s.bf16);
+  const double e = s.bf16 ? 2 : 4;
+  const int S = s.shard_size();
+  const Link& shard_link = ring_link(S, s.nproc_per_node, hw);
+  const int k = s.reshard_group > 1 ? s.reshard_group : S;
+  const Link& regather_link = ring_link(k, s.nproc_per_node, hw);
+
+  std::vector<UnitTimes> units;
+  TimePlan t;
+  size_t block = 0;
+  for (const auto& u : m.units) {
+    UnitTimes ut;
+    const bool recompute =
+        !u.root && s.checkpoint_every > 0 && block++ % static_cast<size_t>(s.checkpoint_every) == 0;
+    // A unit's fixed cost is split like its flops: a third forward.
+    ut.forward_s = u.forward_flops_per_token * tokens / flops_per_s + hw.unit_overhead_s / 3;
+    ut.backward_s = (recompute ? 3 : 2) * (ut.forward_s - hw.unit_overhead_s / 3) + 2 * hw.unit_overhead_s / 3;
+    t.model_flops_per_token += 3 * u.forward_flops_per_token;
+    const double padded = static_cast<double>(shard_numel(u.numel(), S)) * S;
+    if (S > 1) {
+      ut.forward_gather_s = ring_all_gather_s(padded * e, S, shard_link);
+      if (s.regathers_in_backward() && !u.root) {
+        ut.backward_gather_s = ring_all_gather_s(padded * e, k, regather_link);
+      }
+      ut.reduce_s = ring_reduce_scatter_s(padded * 4, S, shard_link);
+      const double per_byte = static_cast<double>(S - 1) / S;
+      ut.gather_bytes_sent = per_byte * padded * e * (ut.backward_gather_s > 0 ? 2 : 1);
+      ut.reduce_bytes_sent = per_byte * padded * 4;
+    }
+    const int replicas = s.world_size() / S;
+    if (replicas > 1) {  // hybrid across nodes, or NO_SHARD: all-reduce the (shard) gradient
+      const double shard_bytes = static_cast<double>(shard_numel(u.numel(), S)) * 4;
+      ut.reduce_s += ring_all_reduce_s(shard_bytes, replicas, hw.inter_node);
+      ut.reduce_bytes_sent += 2.0 * (replicas - 1) / replicas * shard_bytes;
+    }
+    t.compute_s += static_cast<double>(s.grad_accum) * (ut.forward_s + ut.backward_s);
+    t.communication_s += static_cast<double>(s.grad_accum) * (ut.forward_gather_s + ut.backward_gather_s) + ut.reduce_s;
+    t.bytes_sent += static_cast<double>(s.grad_accum) * ut.gather_bytes_sent + ut.reduce_bytes_sent;
+    units.push_back(ut);
+  }
+  t.exposed_comm_s = exposed(units, s) + exposed_reductions(units);
+  // AdamW reads and writes the shard, its gradient and two moments, and
+  // makes two temporaries: ~10 fp32 passes over the shard.
+  double shard_elements = 0;
+  for (const auto& u : m.units) shard_elements += static_cast<double>(shard_numel(u.numel(), S));
+  const double passes = 2.0 + 2.0 * optimizer_states_per_param(s.optimizer) + 4.0;
+  t.optimizer_s = passes * 4 * shard_elements /
+                  (s.offload ? hw.host_memory_bytes_per_s : hw.memory_bytes_per_s);
+  if (s.offload) {
+    // Each gather copies the shard in; each reduction copies its shard out.
+    const double gathers = s.regathers_in_backward() ? 2 : 1;
+    const double in = static_cast<double>(s.grad_accum) * gathers * shard_elements * e;
+    t.offload_s = (in + 4 * shard_elements) / hw.host_link_bytes_per_s;
+  }
+  t.step_s = t.compute_s + t.exposed_comm_s + t.optimizer_s + t.offload_s;
+  const double global_tokens = tokens * static_cast<double>(s.grad_accum) * s.world_size();
+  t.tokens_per_s = global_tokens / t.step_s;
+  const double peak = s.bf16 ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
+  t.mfu = t.model_flops_per_token * t.tokens_per_s / s.world_size() / peak;
+  return t;
+}
+
+}  // namespace fsdp_plan

@@ -116,6 +116,37 @@ TEST(TrainerMemoryCheck, RefusesWhatCannotFitWithTheNumbers) {
   EXPECT_GT(fsdp_train::estimated_rank_bytes(o, layout), 1e30);
 }
 
+// A rank's own limit (RLIMIT_DATA) is checked too; deferred init builds one
+// block at a time, so its lower bound drops by the full model.
+TEST(TrainerMemoryCheck, ARanksLimitIsCheckedAndDeferredInitBuildsLess) {
+  fsdp_train::TrainOptions o;
+  o.layers = 24;
+  o.width = 1024;
+  o.heads = 16;
+  fsdp_train::BatchLayout layout{4, 1, 1, 1};
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  const double ordinary = fsdp_train::estimated_rank_bytes(o, layout);
+  o.deferred_init = true;
+  const double deferred = fsdp_train::estimated_rank_bytes(o, layout);
+  EXPECT_NEAR(ordinary - deferred, 4.0 * (302.6e6 - 12 * 1024.0 * 1024 - 13 * 1024), 4e6);
+  EXPECT_EQ(fsdp_train::check_fits_in_memory(o, layout, 4, 24 * kGiB, 4 * kGiB), "");
+  const std::string over = fsdp_train::check_fits_in_memory(o, layout, 4, 24 * kGiB, kGiB);
+  EXPECT_NE(over.find("does not fit in this rank's memory limit"), std::string::npos) << over;
+  EXPECT_NE(over.find("its limit is 1.00 GiB (RLIMIT_DATA"), std::string::npos) << over;
+  EXPECT_NE(over.find("fsdp-plan --fit"), std::string::npos) << over;
+}
+
+// A failed allocation gets a hint; other errors do not.
+TEST(TrainerMemoryCheck, OutOfMemoryErrorsSayWhatToChange) {
+  const std::string hint = fsdp_train::out_of_memory_hint(std::bad_alloc());
+  EXPECT_NE(hint.find("this rank ran out of memory"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("fsdp-plan"), std::string::npos) << hint;
+  EXPECT_NE(fsdp_train::out_of_memory_hint(std::runtime_error(
+                "DefaultCPUAllocator: can't allocate memory: you tried to allocate 25192448 bytes")),
+            "");
+  EXPECT_EQ(fsdp_train::out_of_memory_hint(std::runtime_error("shape mismatch")), "");
+}
+
 // A corpus too large for this node's memory is refused before it is read.
 TEST(TrainerMemoryCheck, ACorpusTooLargeIsRefusedBeforeItIsRead) {
   const std::string path = ::testing::TempDir() + "/fsdp-corpus-size.txt";

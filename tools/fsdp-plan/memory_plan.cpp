@@ -199,6 +199,7 @@ MemoryPlan plan_memory(const ModelSpec& m, const TrainingSetup& s, const PlanOpt
   const double persistent = p.sharded_params + p.sharded_grads + p.optimizer_state;
   p.device_peak = peak.total() + p.comm_buffers + (s.offload ? 0 : persistent);
   p.host_bytes = s.offload ? persistent : 0;
+  p.deferred_init = options.deferred_init;
   p.build_peak = options.deferred_init ? p.sharded_params + kFp32 * largest
                                        : kFp32 * full_elements + p.sharded_params;
   return p;

@@ -30,6 +30,7 @@ struct MemoryPlan {
   // Every rank builds the full fp32 model before sharding unless it is built
   // deferred (fsdp::defer_init): fsdp-train does.
   double build_peak = 0;
+  bool deferred_init = false;
 };
 
 struct PlanOptions {

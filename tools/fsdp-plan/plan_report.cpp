@@ -76,7 +76,8 @@ std::string format_plan(const Plan& p) {
   row("peak (resident)", p.profile->resident_bytes(m.device_peak), p.fits ? "fits" : "DOES NOT FIT");
   row("rank memory", p.profile->memory_bytes,
       fmt::format("({:.0f}% headroom kept)", 100 * p.headroom).c_str());
-  row("model build", m.build_peak, "the full model per rank unless deferred");
+  row("model build", m.build_peak,
+      m.deferred_init ? "shards and one module's parameters (deferred)" : "the whole model, then its shards (--deferred-init avoids it)");
   out += fmt::format(
       "\nTime per step\n"
       "  compute                  {:>12}\n"

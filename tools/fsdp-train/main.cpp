@@ -163,9 +163,11 @@ int train_in_world(TrainSetup& setup, bool distributed, const fsdp::LaunchEnv& e
     }
     return fsdp_train::train(setup);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fsdp-train: error%s: %s\n",
-                 distributed ? fmt::format(" on rank {}", env.rank).c_str() : "",
-                 fsdp::error_message(e).c_str());
+    const std::string where = distributed ? fmt::format(" on rank {}", env.rank) : "";
+    std::fprintf(stderr, "fsdp-train: error%s: %s\n", where.c_str(), fsdp::error_message(e).c_str());
+    if (std::string hint = fsdp_train::out_of_memory_hint(e); !hint.empty()) {
+      std::fprintf(stderr, "fsdp-train: %s\n", hint.c_str());
+    }
     return kFailed;
   }
 }

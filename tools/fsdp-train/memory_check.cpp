@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <sstream>
 
 #include "fsdp/models/gpt_size.h"
@@ -98,6 +99,19 @@ std::string check_corpus_fits(const std::string& data_path, int ranks_on_node,
       "smaller --data file (a slice of this one trains the same way)",
       data_path, human(static_cast<double>(size)), ranks_on_node, ranks_on_node == 1 ? "" : "s",
       human(needed), human(static_cast<double>(*available_bytes)));
+}
+
+std::string out_of_memory_hint(const std::exception& e) {
+  const bool out_of_memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+                             std::string(e.what()).find("can't allocate memory") != std::string::npos;
+  if (!out_of_memory) return "";
+  const auto limit = rank_memory_limit_bytes();
+  return fmt::format(
+      "this rank ran out of memory{}. Plan the run with fsdp-plan (the same model flags and "
+      "--world-size; --fit lists what fits), then run more ranks, --activation-checkpointing "
+      "all, a smaller --micro-batch{}",
+      limit ? fmt::format(" (its limit is {} per rank, RLIMIT_DATA)", human(static_cast<double>(*limit))) : "",
+      limit ? ", or raise fsdp-run --memory-limit" : "");
 }
 
 std::optional<int64_t> rank_memory_limit_bytes() {

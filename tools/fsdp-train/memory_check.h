@@ -15,6 +15,7 @@
 // fsdp-plan gives the full picture; this check only refuses what cannot work.
 
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -32,6 +33,11 @@ double estimated_rank_bytes(const TrainOptions& o, const BatchLayout& layout);
 std::string check_fits_in_memory(const TrainOptions& o, const BatchLayout& layout,
                                  int ranks_on_node, std::optional<int64_t> available_bytes,
                                  std::optional<int64_t> rank_limit_bytes = std::nullopt);
+
+// For an error that is a failed allocation (LibTorch's "can't allocate
+// memory", std::bad_alloc): what ran out (the rank's limit, if it has one)
+// and what to change. "" for any other error.
+std::string out_of_memory_hint(const std::exception& e);
 
 // This process's data limit (RLIMIT_DATA), or none when unlimited.
 std::optional<int64_t> rank_memory_limit_bytes();

@@ -16,10 +16,13 @@ void print_header(const RunHeader& h) {
              o.layers, o.width, o.heads, o.context, static_cast<double>(h.num_params) / 1e6,
              human_bytes(h.unsharded_param_bytes));
   fmt::print("  ranks     {} ({}), {} thread{} each; strategy {}, {}, prefetch {}, offload {}, "
-             "activation checkpointing {}\n",
+             "activation checkpointing {}{}\n",
              b.world_size, h.launcher, h.threads, h.threads == 1 ? "" : "s", o.strategy,
              o.mixed_precision, o.no_prefetch ? "off" : "on", o.offload ? "on" : "off",
-             o.activation_checkpointing);
+             o.activation_checkpointing, o.deferred_init ? ", deferred init" : "");
+  if (h.rank_memory_limit > 0) {
+    fmt::print("  memory    limit {} per rank (RLIMIT_DATA)\n", human_bytes(h.rank_memory_limit));
+  }
   fmt::print("  data      {}: {} in {} file{} ({} train, {} validation)\n", h.corpus->source,
              human_bytes(h.corpus->total_bytes()), h.corpus->files.size(),
              h.corpus->files.size() == 1 ? "" : "s", human_bytes(h.corpus->train.size()),

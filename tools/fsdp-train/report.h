@@ -26,6 +26,7 @@ struct RunHeader {
   std::vector<std::string> resume_rejected;  // skipped newer checkpoints, with why
   fsdp::ckpt::CleanReport cleaned;           // partial saves removed at start
   int64_t start_step = 0;
+  int64_t rank_memory_limit = 0;  // RLIMIT_DATA, 0 when unlimited
 };
 
 void print_header(const RunHeader& header);

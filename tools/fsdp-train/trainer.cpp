@@ -28,6 +28,7 @@
 #include "generate.h"
 #include "gpt_setup.h"
 #include "lr_schedule.h"
+#include "memory_check.h"
 #include "metrics_log.h"
 #include "output_file.h"
 #include "peak_memory.h"
@@ -207,6 +208,7 @@ void Trainer::start_outputs(const fsdp::MemoryStats& initial) {
   header.resume_rejected = s_.resume_rejected;
   header.cleaned = cleaned_;
   header.start_step = start_step_;
+  header.rank_memory_limit = rank_memory_limit_bytes().value_or(0);
   print_header(header);
   write_config_json();
   metrics_.emplace(run_dir_, start_step_);

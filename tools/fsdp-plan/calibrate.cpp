@@ -19,6 +19,7 @@
 #include "fsdp/comm/process_group.h"
 #include "gpt_workload.h"
 #include "hardware_profile.h"
+#include "proc_status.h"
 #include "time_plan.h"
 
 namespace fsdp_plan {
@@ -72,17 +73,6 @@ double all_gather_s(fsdp::ProcessGroup& group, int64_t bytes_total, double budge
   return times[times.size() / 2];
 }
 
-double proc_status_bytes(const char* field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    std::istringstream in(line);
-    std::string name;
-    double kib = 0;
-    if (in >> name >> kib && name == field) return kib * 1024;
-  }
-  return 0;
-}
 
 double mem_total_bytes() {
   std::ifstream meminfo("/proc/meminfo");

@@ -6,31 +6,15 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <sstream>
-#include <string>
 #include <vector>
 
 #include "fsdp/clip_grad.h"
 #include "fsdp/cpu_allocation_counter.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/models/gpt.h"
+#include "proc_status.h"
 
 namespace fsdp_plan {
-namespace {
-
-double proc_status_bytes(const char* field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    std::istringstream in(line);
-    std::string name;
-    double kib = 0;
-    if (in >> name >> kib && name == field) return kib * 1024;
-  }
-  return 0;
-}
-
-}  // namespace
 
 WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps) {
   using Clock = std::chrono::steady_clock;

@@ -21,6 +21,20 @@ GPTConfig model_config(const TrainOptions& o) {
   return config;
 }
 
+// [Note: gradients zeroed, not dropped]
+// LibTorch 1.13's Optimizer::zero_grad() zeroes each gradient; 2.x's sets it
+// to none by default, so a rank without sharding (one rank, NO_SHARD's
+// autograd-owned gradients) would allocate them afresh in every backward and
+// peak at a different moment on each version. Zeroing them here keeps the
+// gradient buffers, and the step's peak that fsdp-plan predicts, the same on
+// both; the values are identical (0 + g is g).
+void zero_gradients(torch::nn::Module& model) {
+  at::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+}
+
 // AdamW with decoupled weight decay on the matrices only: biases and
 // LayerNorm parameters are not decayed. Parameters are 1-D shards by now, so
 // the choice goes by name (fully_shard keeps the original names).

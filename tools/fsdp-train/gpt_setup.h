@@ -14,6 +14,9 @@ namespace fsdp_train {
 // its own FSDP unit.
 fsdp::models::GPTConfig model_config(const TrainOptions& o);
 
+// Zeroes every gradient the model holds, keeping the buffers.
+void zero_gradients(torch::nn::Module& model);
+
 // AdamW (betas 0.9, 0.95) with --lr, and --weight-decay on the matrices only.
 std::unique_ptr<torch::optim::AdamW> make_optimizer(fsdp::Sharded<fsdp::models::GPT>& model,
                                                     const TrainOptions& o);

@@ -34,6 +34,7 @@
 #include "peak_memory.h"
 #include "plot.h"
 #include "progress.h"
+#include "rank_figures.h"
 #include "report.h"
 #include "resume_config.h"
 #include "run_dir.h"
@@ -108,8 +109,6 @@ class Trainer {
   double evaluate();
   void save_checkpoint(const std::string& dir, int64_t step);
   std::vector<int64_t> gather(int64_t mine) { return fsdp::all_gather_int64(world_, mine); }
-  // Several figures per rank in one all-gather: result[i][r] is rank r's mine[i].
-  std::vector<std::vector<int64_t>> gather_each(const std::vector<int64_t>& mine);
   double estimate_eta(int64_t step, double elapsed) const;
   // After the loop.
   std::string sample_text();
@@ -305,7 +304,7 @@ double Trainer::train_step(int64_t step) {
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  optimizer_->zero_grad();
+  zero_gradients(**model_);
   const BatchLayout& b = s_.layout;
   const int64_t first_row = static_cast<int64_t>(world_.rank()) * b.per_rank;
   double loss_sum = 0;
@@ -332,7 +331,7 @@ StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
   run_peak_gathered_ = std::max(run_peak_gathered_, peak);
   const int64_t tensors = step_memory_.step_peak_tensor_bytes();
   run_peak_tensors_ = std::max(run_peak_tensors_, tensors);
-  const auto per_rank = gather_each({peak, tensors, peak_resident_bytes()});
+  const auto per_rank = gather_per_rank(world_, {peak, tensors, peak_resident_bytes()});
   recent_step_s_ = recent_step_s_ == 0 ? step_s : 0.9 * recent_step_s_ + 0.1 * step_s;
 
   StepRecord record;
@@ -347,19 +346,6 @@ StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
   record.peak_tensor_bytes = per_rank[1];
   record.peak_resident_bytes = per_rank[2];
   return record;
-}
-
-std::vector<std::vector<int64_t>> Trainer::gather_each(const std::vector<int64_t>& mine) {
-  const int64_t n = static_cast<int64_t>(mine.size());
-  at::Tensor in = at::tensor(at::ArrayRef<int64_t>(mine), at::kLong);
-  at::Tensor all = at::empty({world_.size() * n}, at::kLong);
-  world_.all_gather(all, in)->wait();
-  const int64_t* values = all.data_ptr<int64_t>();
-  std::vector<std::vector<int64_t>> out(mine.size());
-  for (int r = 0; r < world_.size(); ++r) {
-    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)].push_back(values[r * n + i]);
-  }
-  return out;
 }
 
 // Rank 0: metrics.jsonl and the progress line.

@@ -23,7 +23,8 @@ struct Candidate {
 // Varies strategy, reshard group, activation checkpointing, offload and the
 // micro-batch (grad_accum * micro_batch is kept: the global batch does not
 // change) around `base`; returns the candidates that fit in the profile's
-// memory, fastest first. `headroom` is the fraction of memory left free.
+// memory, fastest first (within 1% in time, the smaller peak first).
+// `headroom` is the fraction of memory left free.
 std::vector<Candidate> search_fits(const ModelSpec& model, const TrainingSetup& base,
                                    const HardwareProfile& profile, const PlanOptions& options,
                                    double headroom);

@@ -89,7 +89,8 @@ std::string format_plan(const Plan& p) {
       "  throughput               {:>12}  tokens/s, all ranks\n"
       "  MFU                      {:>11.1f}%\n",
       human_seconds(t.compute_s), human_seconds(t.communication_s), human_bytes(t.bytes_sent),
-      human_seconds(t.exposed_comm_s), human_seconds(t.offload_s), human_seconds(t.optimizer_s),
+      human_seconds(t.exposed_comm_s), s.offload ? human_seconds(t.offload_s) : "-",
+      human_seconds(t.optimizer_s),
       human_seconds(t.step_s), human_rate(t.tokens_per_s), 100 * t.mfu);
   return out;
 }

@@ -56,9 +56,8 @@ std::vector<Candidate> search_fits(const ModelSpec& model, const TrainingSetup& 
             s.grad_accum = base.micro_batch * base.grad_accum / mb;
             s.micro_batch = mb;
             if (!setup_problem(s).empty()) continue;
-            Candidate c{s, plan_memory(model, s, options), plan_time(model, s, hw), false};
-            c.fits = fits_in(c.memory, s, hw, headroom);
-            if (c.fits) fitting.push_back(c);
+            Candidate c{s, plan_memory(model, s, options), plan_time(model, s, hw)};
+            if (fits_in(c.memory, s, hw, headroom)) fitting.push_back(c);
           }
         }
       }

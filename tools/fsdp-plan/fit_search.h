@@ -17,7 +17,6 @@ struct Candidate {
   TrainingSetup setup;
   MemoryPlan memory;
   TimePlan time;
-  bool fits = false;
 };
 
 // Varies strategy, reshard group, activation checkpointing, offload and the

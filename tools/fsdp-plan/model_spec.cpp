@@ -29,14 +29,6 @@ const UnitSpec* ModelSpec::root() const {
   return nullptr;
 }
 
-int64_t ModelSpec::largest_unit_numel() const {
-  int64_t largest = 0;
-  for (const auto& unit : units) {
-    if (!unit.root) largest = std::max(largest, unit.numel());
-  }
-  return largest;
-}
-
 // [Note: the GPT's activations, counted]
 // What autograd keeps for backward, per token, in elements of the compute
 // dtype, read off models/gpt.cpp (C width, T context, H heads, V vocab):

@@ -55,8 +55,6 @@ struct ModelSpec {
 
   int64_t numel() const;
   const UnitSpec* root() const;
-  // The largest non-root unit's elements (0 when there is none).
-  int64_t largest_unit_numel() const;
 };
 
 struct GptSizes {

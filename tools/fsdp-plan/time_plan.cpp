@@ -81,7 +81,8 @@ TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwarePro
       }
       ut.reduce_s = ring_reduce_scatter_s(padded * 4, S, shard_link);
       const double per_byte = static_cast<double>(S - 1) / S;
-      ut.gather_bytes_sent = per_byte * padded * e * (ut.backward_gather_s > 0 ? 2 : 1);
+      const bool gathered_twice = s.regathers_in_backward() && !u.root;
+      ut.gather_bytes_sent = per_byte * padded * e * (gathered_twice ? 2 : 1);
       ut.reduce_bytes_sent = per_byte * padded * 4;
     }
     const int replicas = s.world_size() / S;

@@ -120,16 +120,20 @@ std::optional<int64_t> rank_memory_limit_bytes() {
   return static_cast<int64_t>(limit.rlim_cur);
 }
 
-std::optional<int64_t> available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
+std::optional<int64_t> proc_kib_field_bytes(const char* path, const char* field) {
+  std::ifstream file(path);
   std::string line;
-  while (std::getline(meminfo, line)) {
+  while (std::getline(file, line)) {
     std::istringstream fields(line);
     std::string name;
     int64_t kib = 0;
-    if (fields >> name >> kib && name == "MemAvailable:") return kib * 1024;
+    if (fields >> name >> kib && name == field) return kib * 1024;
   }
   return std::nullopt;
+}
+
+std::optional<int64_t> available_memory_bytes() {
+  return proc_kib_field_bytes("/proc/meminfo", "MemAvailable:");
 }
 
 }  // namespace fsdp_train

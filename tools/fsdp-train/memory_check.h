@@ -50,6 +50,10 @@ std::optional<int64_t> rank_memory_limit_bytes();
 std::string check_corpus_fits(const std::string& data_path, int ranks_on_node,
                               std::optional<int64_t> available_bytes);
 
+// A "Name: N kB" field of a /proc file (/proc/meminfo, /proc/self/status) in
+// bytes, or none where it cannot be read.
+std::optional<int64_t> proc_kib_field_bytes(const char* path, const char* field);
+
 // MemAvailable from /proc/meminfo, or none where it cannot be read.
 std::optional<int64_t> available_memory_bytes();
 

@@ -1,8 +1,6 @@
 #include "peak_memory.h"
 
-#include <fstream>
-#include <sstream>
-#include <string>
+#include "memory_check.h"
 
 namespace fsdp_train {
 
@@ -13,15 +11,7 @@ void StepPeakMemory::start_step() { counter_.reset_peak(); }
 int64_t StepPeakMemory::step_peak_tensor_bytes() const { return counter_.peak_bytes(); }
 
 int64_t peak_resident_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    std::istringstream fields(line);
-    std::string name;
-    int64_t kib = 0;
-    if (fields >> name >> kib && name == "VmHWM:") return kib * 1024;
-  }
-  return 0;
+  return proc_kib_field_bytes("/proc/self/status", "VmHWM:").value_or(0);
 }
 
 }  // namespace fsdp_train

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -96,32 +97,51 @@ double mem_total_bytes() {
 // A matmul's rate overstates what a training step achieves: elementwise
 // operations, per-operation and per-unit overhead (hooks, the optimizer's
 // per-parameter loop) add time that shrinks in proportion as a model grows.
-// Calibrate times the GPT's steps at two widths and fits the planner's
-// compute model, t = flops / (fraction x matmul rate) + optimizer + units x
-// unit cost, to both: the achieved fraction and the cost per unit.
+// Calibrate times the GPT's steps at four sizes (two depths x two widths,
+// none of them a size `validate` checks) and fits the planner's compute
+// model, t - optimizer = flops / (fraction x matmul rate) + units x unit
+// cost, to all four by least squares: the achieved fraction and the cost per
+// unit. Separately for fp32 and for bf16 mixed precision, whose casts and
+// elementwise work cost more on a CPU without native bf16 arithmetic. The
+// ranks run the steps at once, so the fit includes what sharing the
+// machine's cores and memory costs at this many ranks.
 struct ComputeFit {
-  double achieved_fraction = 1, unit_overhead_s = 0, retention = 0;
+  double achieved_fraction = 1, unit_overhead_s = 0;
 };
 
-ComputeFit fit_compute(const HardwareProfile& measured) {
-  const GptSizes small{2, 64, 2, 64, 256}, wide{2, 256, 4, 64, 256};
+// What the allocator keeps beyond the tensors, as a fraction of them: on a
+// model wide enough that glibc's fixed arenas do not dwarf its tensors, and
+// first, before other workloads have left freed memory in the heap.
+double measure_retention() {
+  const WorkloadResult wide = run_gpt_workload({2, 256, 4, 64, 256}, 4, 3);
+  return std::max(0.0, wide.resident_beyond / wide.tensor_peak);
+}
+
+ComputeFit fit_compute(const HardwareProfile& measured, bool bf16) {
+  const std::vector<GptSizes> sizes = {
+      {2, 96, 2, 64, 256}, {4, 96, 2, 64, 256}, {2, 192, 4, 64, 256}, {4, 192, 4, 64, 256}};
   const int64_t batch = 4;  // sequences per rank, as validate's cases at 2 ranks
-  const WorkloadResult a = run_gpt_workload(small, batch, 3);
-  const WorkloadResult b = run_gpt_workload(wide, batch, 3);
   HardwareProfile ideal = measured;
-  ideal.achieved_fraction = 1;
-  ideal.unit_overhead_s = 0;
+  ideal.achieved_fraction = ideal.bf16_achieved_fraction = 1;
+  ideal.unit_overhead_s = ideal.bf16_unit_overhead_s = 0;
   TrainingSetup one;
   one.micro_batch = batch;
-  const TimePlan pa = plan_time(gpt_model_spec(small), one, ideal);
-  const TimePlan pb = plan_time(gpt_model_spec(wide), one, ideal);
+  one.bf16 = bf16;
+  // y = a x + c u, with x the ideal compute time, u the units, a = 1 / fraction.
+  double sxx = 0, sxu = 0, suu = 0, sxy = 0, suy = 0;
   ComputeFit fit;
-  const double extra = (b.step_s - pb.optimizer_s) - (a.step_s - pa.optimizer_s);
-  fit.achieved_fraction = extra > 0 ? std::clamp((pb.compute_s - pa.compute_s) / extra, 0.01, 1.0) : 1.0;
-  const double units = static_cast<double>(gpt_model_spec(small).units.size());
-  fit.unit_overhead_s =
-      std::max(0.0, (a.step_s - pa.optimizer_s - pa.compute_s / fit.achieved_fraction) / units);
-  fit.retention = std::max(0.0, b.resident_beyond / b.tensor_peak);
+  for (const GptSizes& size : sizes) {
+    const WorkloadResult run = run_gpt_workload(size, batch, 9, bf16);
+    const ModelSpec spec = gpt_model_spec(size);
+    const TimePlan plan = plan_time(spec, one, ideal);
+    const double x = plan.compute_s, u = static_cast<double>(spec.units.size());
+    const double y = run.step_s - plan.optimizer_s;
+    sxx += x * x, sxu += x * u, suu += u * u, sxy += x * y, suy += u * y;
+  }
+  const double det = sxx * suu - sxu * sxu;
+  const double a = std::clamp(det > 0 ? (sxy * suu - suy * sxu) / det : 1.0, 1.0, 100.0);
+  fit.achieved_fraction = 1 / a;
+  fit.unit_overhead_s = std::max(0.0, (suy - a * sxu) / suu);  // c for the clamped a
   return fit;
 }
 
@@ -144,7 +164,8 @@ int relaunch_under_fsdp_run(const CalibrateOptions& o, const std::string& self) 
     return 1;
   }
   const std::string n = std::to_string(o.nproc_per_node);
-  fmt::print("fsdp-plan calibrate: measuring with {} ranks under {}\n", n, run.string());
+  fmt::print("fsdp-plan calibrate: measuring with {} rank{} under {}\n", n,
+             o.nproc_per_node == 1 ? "" : "s", run.string());
   std::fflush(stdout);
   std::vector<std::string> args = {run.string(), "--standalone", "--nproc-per-node", n, "--",
                                    self, "calibrate", "--output", o.output};
@@ -158,6 +179,44 @@ int relaunch_under_fsdp_run(const CalibrateOptions& o, const std::string& self) 
 
 
 using Say = std::function<void(const std::string&)>;
+
+// [Note: measured overlap]
+// On a GPU a collective runs beside the compute kernels. On CPU ranks it
+// does not, entirely: Gloo's thread copies and waits on the same cores the
+// rank computes on, and with more ranks than cores nothing runs beside
+// anything. So calibrate times an all-gather alone (g), a run of matmuls
+// about as long alone (c), and the two together: the gather issued, the
+// matmuls run, the gather waited for (b). Perfect overlap gives b =
+// max(g, c); none gives b = g + c. The overlap fraction is
+// (g + c - b) / min(g, c), clamped to [0, 1], and the planner hides only
+// that fraction of a collective behind compute.
+double measure_overlap(fsdp::ProcessGroup& group, double budget) {
+  const int64_t per_rank = (8 << 20) / 4 / group.size();
+  at::Tensor in = at::ones({per_rank}), out = at::empty({per_rank * group.size()});
+  const at::Tensor a = at::randn({256, 256}), b = at::randn({256, 256});
+  const double gather_s = all_gather_s(group, 8 << 20, budget);
+  const double matmul_s = seconds_per_call([&] { at::mm(a, b); }, budget / 4);
+  // Every rank runs the same count, the smallest any rank wants.
+  at::Tensor agreed = at::tensor({std::max(1.0, std::round(gather_s / matmul_s))}, at::kDouble);
+  group.all_reduce(agreed, fsdp::ReduceOp::kMin)->wait();
+  const int matmuls = static_cast<int>(agreed.item<double>());
+  const auto compute = [&] {
+    for (int i = 0; i < matmuls; ++i) at::mm(a, b);
+  };
+  const double compute_s = seconds_per_call(compute, budget / 4);
+  // The rounds with the gather are collective: a fixed count on every rank.
+  std::vector<double> both;
+  for (int round = 0; round < 9; ++round) {
+    const auto t0 = Clock::now();
+    fsdp::WorkPtr work = group.all_gather(out, in);
+    compute();
+    work->wait();
+    both.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::nth_element(both.begin(), both.begin() + both.size() / 2, both.end());
+  const double together_s = both[both.size() / 2];
+  return std::clamp((gather_s + compute_s - together_s) / std::min(gather_s, compute_s), 0.0, 1.0);
+}
 
 // The link: all-gathers of two sizes fitted to the ring's alpha-beta cost.
 Link measure_link(fsdp::ProcessGroup& world, double budget) {
@@ -184,16 +243,30 @@ HardwareProfile measure(fsdp::ProcessGroup& world, const fsdp::LaunchEnv& env, d
   prof.memory_bytes_per_s = median_over_ranks(world, copy_bytes_per_s(budget));
   say(fmt::format("memory {:.1f} GB/s per rank", prof.memory_bytes_per_s / 1e9));
   prof.host_link_bytes_per_s = prof.host_memory_bytes_per_s = prof.memory_bytes_per_s;
-  const ComputeFit fit = fit_compute(prof);
-  prof.achieved_fraction = median_over_ranks(world, fit.achieved_fraction);
-  prof.unit_overhead_s = median_over_ranks(world, fit.unit_overhead_s);
-  prof.allocator_retention = median_over_ranks(world, fit.retention);
-  say(fmt::format("GPT steps: {:.0f}% of the matmul rate, {:.2f} ms per unit, the allocator keeps "
-                  "{:.0f}% beyond the tensors",
-                  100 * prof.achieved_fraction, 1e3 * prof.unit_overhead_s, 100 * prof.allocator_retention));
-  prof.intra_node = prof.inter_node = measure_link(world, budget);
-  say(fmt::format("link: alpha {:.1f} us, {:.2f} GB/s", prof.intra_node.latency_s * 1e6,
-                  prof.intra_node.bytes_per_s / 1e9));
+  prof.allocator_retention = median_over_ranks(world, measure_retention());
+  say(fmt::format("the allocator keeps {:.0f}% beyond the tensors", 100 * prof.allocator_retention));
+  for (const bool bf16 : {false, true}) {
+    const ComputeFit fit = fit_compute(prof, bf16);
+    (bf16 ? prof.bf16_achieved_fraction : prof.achieved_fraction) =
+        median_over_ranks(world, fit.achieved_fraction);
+    (bf16 ? prof.bf16_unit_overhead_s : prof.unit_overhead_s) =
+        median_over_ranks(world, fit.unit_overhead_s);
+    say(fmt::format("GPT steps in {}: {:.0f}% of the matmul rate, {:.2f} ms per unit",
+                    bf16 ? "bf16" : "fp32", 100 * prof.achieved_fraction_for(bf16),
+                    1e3 * prof.unit_overhead(bf16)));
+  }
+  if (world.size() > 1) {
+    prof.intra_node = prof.inter_node = measure_link(world, budget);
+    say(fmt::format("link: alpha {:.1f} us, {:.2f} GB/s", prof.intra_node.latency_s * 1e6,
+                    prof.intra_node.bytes_per_s / 1e9));
+    prof.comm_compute_overlap = median_over_ranks(world, measure_overlap(world, budget));
+    say(fmt::format("communication overlaps compute: {:.0f}%", 100 * prof.comm_compute_overlap));
+  } else {
+    // One rank sends nothing; the profile still needs a link to be a valid
+    // one, so it gets a local copy's cost and says so.
+    prof.intra_node = prof.inter_node = Link{0, prof.memory_bytes_per_s};
+    say("link: not measured with one rank (memory bandwidth written in its place)");
+  }
   prof.memory_bytes = mem_total_bytes() / env.local_world_size;
   prof.host_memory_bytes = mem_total_bytes();
   prof.ranks_per_node = env.local_world_size;
@@ -201,9 +274,9 @@ HardwareProfile measure(fsdp::ProcessGroup& world, const fsdp::LaunchEnv& env, d
   ::gethostname(host, sizeof(host) - 1);
   prof.name = fmt::format("calibrated-{}", host);
   prof.source = fmt::format(
-      "fsdp-plan calibrate, {} ranks of {} threads on one machine; inter-node link = the "
-      "measured local one",
-      env.local_world_size, at::get_num_threads());
+      "fsdp-plan calibrate, {} rank{} of {} threads on one machine; inter-node link = {}",
+      env.local_world_size, env.local_world_size == 1 ? "" : "s", at::get_num_threads(),
+      env.local_world_size == 1 ? "not measured (memory bandwidth)" : "the measured local one");
   return prof;
 }
 

@@ -7,8 +7,10 @@
 // a rank gets (cores / ranks, or OMP_NUM_THREADS):
 //  - matmul throughput, fp32 and bf16 (1024 x 1024 products);
 //  - memory bandwidth (a 128 MiB copy);
+//  - a GPT's training steps at four sizes, fp32 and bf16, fitted to the
+//    planner's compute model ([Note: compute calibrated on the GPT]);
 //  - the link: all-gathers of 16 KiB and 32 MiB, fitted to the ring's
-//    (p - 1) alpha + (p - 1)/p n beta;
+//    (p - 1) alpha + (p - 1)/p n beta (not with one rank);
 //  - the runtime's resident memory (VmRSS once LibTorch, its thread pools and
 //    the process group are up), and what the allocator keeps beyond the
 //    tensors over a small GPT's training steps.

@@ -16,7 +16,7 @@
 
 namespace fsdp_plan {
 
-WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps) {
+WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps, bool bf16) {
   using Clock = std::chrono::steady_clock;
   std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
   const double rss_before = proc_status_bytes("VmRSS:");
@@ -30,8 +30,11 @@ WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps)
   config.n_layer = sizes.layers;
   WorkloadResult result;
   {
-    auto model = fsdp::fully_shard(fsdp::models::GPT(config),
-                                   fsdp::FullyShardOptions(fsdp::make_single_process_group()));
+    fsdp::MixedPrecisionPolicy precision;
+    if (bf16) precision.param_dtype(at::kBFloat16).reduce_dtype(at::kFloat);
+    auto model = fsdp::fully_shard(
+        fsdp::models::GPT(config),
+        fsdp::FullyShardOptions(fsdp::make_single_process_group()).mp(precision));
     torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
     counter.reset_peak();
     std::vector<double> times;

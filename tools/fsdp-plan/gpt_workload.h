@@ -15,7 +15,8 @@ struct WorkloadResult {
 };
 
 // Runs `steps` timed steps (after one untimed) at `batch` sequences of the
-// GPT of `sizes`. Installs fsdp::CpuAllocationCounter.
-WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps);
+// GPT of `sizes`, in fp32 or in bf16 mixed precision (fp32 reductions, as
+// fsdp-train's). Installs fsdp::CpuAllocationCounter.
+WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps, bool bf16 = false);
 
 }  // namespace fsdp_plan

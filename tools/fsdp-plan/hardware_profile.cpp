@@ -47,7 +47,7 @@ HardwareProfile gpu_profile(std::string name, const GpuFigures& f, std::string s
   p.source = std::move(source);
   p.peak_flops_bf16 = f.bf16_tflops * kTera;
   p.peak_flops_fp32 = f.fp32_tflops * kTera;
-  p.achieved_fraction = 0.5;
+  p.achieved_fraction = p.bf16_achieved_fraction = 0.5;
   p.memory_bytes_per_s = f.hbm_tbs * kTera;
   p.host_link_bytes_per_s = f.pcie_gbs * kGB;
   p.host_memory_bytes_per_s = 2 * f.socket_gbs * kGB / 8;
@@ -81,6 +81,8 @@ HardwareProfile from_json(const rapidjson::Value& j, const std::string& path) {
   p.runtime_bytes = number_or(j, "runtime_bytes", 0.0, where);
   p.allocator_retention = number_or(j, "allocator_retention", 0.0, where);
   p.unit_overhead_s = number_or(j, "unit_overhead_s", 0.0, where);
+  p.bf16_achieved_fraction = number_or(j, "bf16_achieved_fraction", p.achieved_fraction, where);
+  p.bf16_unit_overhead_s = number_or(j, "bf16_unit_overhead_s", p.unit_overhead_s, where);
   p.host_memory_bytes = number_or(j, "host_memory_bytes", p.memory_bytes, where);
   p.host_link_bytes_per_s = number_or(j, "host_link_bytes_per_s", p.memory_bytes_per_s, where);
   p.host_memory_bytes_per_s = number_or(j, "host_memory_bytes_per_s", p.memory_bytes_per_s, where);
@@ -93,6 +95,11 @@ HardwareProfile from_json(const rapidjson::Value& j, const std::string& path) {
   };
   p.intra_node = link("intra_node");
   p.inter_node = link("inter_node");
+  p.comm_compute_overlap = number_or(j, "comm_compute_overlap", 1.0, where);
+  if (p.comm_compute_overlap < 0 || p.comm_compute_overlap > 1) {
+    throw std::runtime_error(fmt::format("profile '{}': comm_compute_overlap is {}; it is a "
+                                         "fraction from 0 to 1", path, p.comm_compute_overlap));
+  }
   if (p.peak_flops_fp32 <= 0 || p.memory_bytes <= 0 || p.memory_bytes_per_s <= 0 ||
       p.intra_node.bytes_per_s <= 0 || p.inter_node.bytes_per_s <= 0 || p.ranks_per_node < 1) {
     throw std::runtime_error(fmt::format(
@@ -161,10 +168,13 @@ std::string profile_to_json(const HardwareProfile& p) {
   write_number(w, "runtime_bytes", p.runtime_bytes);
   write_number(w, "allocator_retention", p.allocator_retention);
   write_number(w, "unit_overhead_s", p.unit_overhead_s);
+  write_number(w, "bf16_achieved_fraction", p.bf16_achieved_fraction);
+  write_number(w, "bf16_unit_overhead_s", p.bf16_unit_overhead_s);
   w.Key("ranks_per_node");
   w.Int(p.ranks_per_node);
   write_link(w, "intra_node", p.intra_node);
   write_link(w, "inter_node", p.inter_node);
+  write_number(w, "comm_compute_overlap", p.comm_compute_overlap);
   w.EndObject();
   return buffer.GetString();
 }

@@ -46,6 +46,11 @@ struct HardwareProfile {
   // launches, the optimizer's per-parameter work ([Note: compute calibrated
   // on the GPT] in calibrate.cpp). Shipped profiles leave it at 0.
   double unit_overhead_s = 0;
+  // The same two figures for bf16 mixed precision: on a CPU without native
+  // bf16 arithmetic the casts and elementwise work cost more than fp32's, so
+  // calibrate fits them on bf16 steps. Absent from a file: the fp32 ones.
+  double bf16_achieved_fraction = 1;
+  double bf16_unit_overhead_s = 0;
 
   // What a rank's process holds at a tensor peak of `tensor_bytes`.
   double resident_bytes(double tensor_bytes) const {
@@ -54,10 +59,17 @@ struct HardwareProfile {
   int ranks_per_node = 8;
   Link intra_node;
   Link inter_node;
+  // How much of a collective runs while the rank computes, 0 to 1: 1 on a
+  // GPU (copy engines and NCCL's SMs beside the compute kernels); on CPU
+  // ranks, Gloo's threads compete with compute for the same cores, and
+  // calibrate measures it ([Note: measured overlap] in calibrate.cpp).
+  double comm_compute_overlap = 1;
 
   double achieved_flops(bool bf16) const {
-    return achieved_fraction * (bf16 ? peak_flops_bf16 : peak_flops_fp32);
+    return achieved_fraction_for(bf16) * (bf16 ? peak_flops_bf16 : peak_flops_fp32);
   }
+  double achieved_fraction_for(bool bf16) const { return bf16 ? bf16_achieved_fraction : achieved_fraction; }
+  double unit_overhead(bool bf16) const { return bf16 ? bf16_unit_overhead_s : unit_overhead_s; }
 };
 
 const std::vector<HardwareProfile>& shipped_profiles();

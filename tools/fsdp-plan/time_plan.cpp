@@ -22,30 +22,34 @@ struct UnitTimes {
 // exceeds that compute is waited for; the first gather of each pass is
 // always waited for. A reduction runs while backward computes the unit
 // before it, and the last one is waited for at the end of backward. Without
-// prefetch every gather is waited for. Compute and communication are taken
-// as independent, which they are on a GPU (copy engines, NCCL's SMs aside);
-// on CPU ranks Gloo shares the cores, which the calibrated profile's
-// measured rates absorb only in part.
-double exposed(const std::vector<UnitTimes>& units, const TrainingSetup& s) {
+// prefetch every gather is waited for. Only the profile's overlap fraction
+// of a collective proceeds while the rank computes: all of it on a GPU
+// (copy engines, NCCL's SMs aside); on CPU ranks Gloo competes with compute
+// for the same cores, so the rest is waited for too.
+double hidden(double collective_s, double compute_s, double overlap) {
+  return std::min(overlap * collective_s, compute_s);
+}
+
+double exposed(const std::vector<UnitTimes>& units, const TrainingSetup& s, double overlap) {
   double forward = 0, backward = 0;
   for (size_t i = 0; i < units.size(); ++i) {
-    const double hide_fwd = s.prefetch && i > 0 ? units[i - 1].forward_s : 0;
-    forward += std::max(0.0, units[i].forward_gather_s - hide_fwd);
+    const double behind = s.prefetch && i > 0 ? units[i - 1].forward_s : 0;
+    forward += units[i].forward_gather_s - hidden(units[i].forward_gather_s, behind, overlap);
   }
   // Backward runs the units in reverse; unit i's gather hides behind unit
   // i+1's backward, its reduction behind unit i-1's.
   for (size_t k = units.size(); k-- > 0;) {
-    const double hide = s.prefetch && k + 1 < units.size() ? units[k + 1].backward_s : 0;
-    backward += std::max(0.0, units[k].backward_gather_s - hide);
+    const double behind = s.prefetch && k + 1 < units.size() ? units[k + 1].backward_s : 0;
+    backward += units[k].backward_gather_s - hidden(units[k].backward_gather_s, behind, overlap);
   }
   return static_cast<double>(s.grad_accum) * (forward + backward);
 }
 
-double exposed_reductions(const std::vector<UnitTimes>& units) {
+double exposed_reductions(const std::vector<UnitTimes>& units, double overlap) {
   double waited = 0;
   for (size_t k = units.size(); k-- > 0;) {
-    const double hide = k > 0 ? units[k - 1].backward_s : 0;
-    waited += std::max(0.0, units[k].reduce_s - hide);
+    const double behind = k > 0 ? units[k - 1].backward_s : 0;
+    waited += units[k].reduce_s - hidden(units[k].reduce_s, behind, overlap);
   }
   return waited;
 }
@@ -56,6 +60,7 @@ TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwarePro
   const double tokens = static_cast<double>(s.micro_batch) *
                         static_cast<double>(s.seq_len > 0 ? s.seq_len : m.tokens_per_sample);
   const double flops_per_s = hw.achieved_flops(s.bf16);
+  const double unit_overhead = hw.unit_overhead(s.bf16);
   const double e = s.bf16 ? 2 : 4;
   const int S = s.shard_size();
   const Link& shard_link = ring_link(S, s.nproc_per_node, hw);
@@ -70,8 +75,9 @@ TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwarePro
     const bool recompute =
         !u.root && s.checkpoint_every > 0 && block++ % static_cast<size_t>(s.checkpoint_every) == 0;
     // A unit's fixed cost is split like its flops: a third forward.
-    ut.forward_s = u.forward_flops_per_token * tokens / flops_per_s + hw.unit_overhead_s / 3;
-    ut.backward_s = (recompute ? 3 : 2) * (ut.forward_s - hw.unit_overhead_s / 3) + 2 * hw.unit_overhead_s / 3;
+    const double flops_s = u.forward_flops_per_token * tokens / flops_per_s;
+    ut.forward_s = flops_s + unit_overhead / 3;
+    ut.backward_s = (recompute ? 3 : 2) * flops_s + 2 * unit_overhead / 3;
     t.model_flops_per_token += 3 * u.forward_flops_per_token;
     const double padded = static_cast<double>(shard_numel(u.numel(), S)) * S;
     if (S > 1) {
@@ -96,7 +102,8 @@ TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwarePro
     t.bytes_sent += static_cast<double>(s.grad_accum) * ut.gather_bytes_sent + ut.reduce_bytes_sent;
     units.push_back(ut);
   }
-  t.exposed_comm_s = exposed(units, s) + exposed_reductions(units);
+  t.exposed_comm_s = exposed(units, s, hw.comm_compute_overlap) +
+                     exposed_reductions(units, hw.comm_compute_overlap);
   // AdamW reads and writes the shard, its gradient and two moments, and
   // makes two temporaries: ~10 fp32 passes over the shard.
   double shard_elements = 0;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -76,8 +77,8 @@ void run_or_throw(const std::string& command, const fs::path& log) {
   }
 }
 
-// This machine's profile for `ranks` ranks sharing it ([Note: validating on
-// one small machine]).
+// A profile measured at another rank count, scaled to `ranks` ranks sharing
+// this machine ([Note: validating on one small machine]).
 HardwareProfile shared_by(const HardwareProfile& calibrated, int ranks) {
   HardwareProfile p = calibrated;
   const double scale = static_cast<double>(calibrated.ranks_per_node) / ranks;
@@ -86,6 +87,7 @@ HardwareProfile shared_by(const HardwareProfile& calibrated, int ranks) {
   p.memory_bytes_per_s *= scale;
   p.host_memory_bytes_per_s *= scale;
   p.unit_overhead_s /= scale;
+  p.bf16_unit_overhead_s /= scale;
   for (Link* link : {&p.intra_node, &p.inter_node}) {
     link->latency_s /= scale;
     link->bytes_per_s *= scale;
@@ -129,7 +131,7 @@ Measured read_metrics(const fs::path& file) {
   return m;
 }
 
-CaseResult run_case(const Case& c, const HardwareProfile& calibrated, const ValidateOptions& o,
+CaseResult run_case(const Case& c, const HardwareProfile& hw, const ValidateOptions& o,
                     const fs::path& work, int steps) {
   const fs::path run_dir = work / fmt::format("run-{}", std::hash<std::string>{}(c.name()));
   fs::remove_all(run_dir);
@@ -150,7 +152,6 @@ CaseResult run_case(const Case& c, const HardwareProfile& calibrated, const Vali
   s.bf16 = c.bf16;
   s.offload = c.offload;
   s.micro_batch = c.batch / c.world;
-  const HardwareProfile hw = shared_by(calibrated, c.world);
   const MemoryPlan mem = plan_memory(model, s);
   const TimePlan time = plan_time(model, s, hw);
   CaseResult r;
@@ -166,25 +167,41 @@ CaseResult run_case(const Case& c, const HardwareProfile& calibrated, const Vali
   return r;
 }
 
+// The profile each world size is planned with: calibrated at that many
+// ranks, or --profile scaled ([Note: validating on one small machine]).
+std::map<int, HardwareProfile> profiles_by_world(const std::vector<Case>& all,
+                                                 const ValidateOptions& o, const fs::path& work) {
+  std::map<int, HardwareProfile> profiles;
+  for (const Case& c : all) {
+    if (profiles.count(c.world)) continue;
+    if (!o.profile.empty()) {
+      profiles[c.world] = shared_by(load_profile(o.profile), c.world);
+      continue;
+    }
+    const fs::path path = work / fmt::format("profile-{}.json", c.world);
+    fmt::print("calibrating this machine at {} rank{} ({}/fsdp-plan calibrate)...\n", c.world,
+               c.world == 1 ? "" : "s", o.bin_dir);
+    std::fflush(stdout);
+    run_or_throw(fmt::format("{}/fsdp-plan calibrate --nproc-per-node {} --output {}", o.bin_dir,
+                             c.world, path.string()),
+                 work / "calibrate.log");
+    profiles[c.world] = load_profile(path.string());
+  }
+  return profiles;
+}
+
 }  // namespace
 
 std::vector<CaseResult> validate_cases(const ValidateOptions& o) {
   const fs::path work = fs::temp_directory_path() / fmt::format("fsdp-plan-validate-{}", ::getpid());
   fs::create_directories(work);
-  std::string profile_path = o.profile;
-  if (profile_path.empty()) {
-    profile_path = (work / "profile.json").string();
-    fmt::print("calibrating this machine ({}/fsdp-plan calibrate)...\n", o.bin_dir);
-    std::fflush(stdout);
-    run_or_throw(fmt::format("{}/fsdp-plan calibrate --output {}", o.bin_dir, profile_path), work / "calibrate.log");
-  }
-  const HardwareProfile calibrated = load_profile(profile_path);
   const std::vector<Case> all = cases(o.quick);
+  const std::map<int, HardwareProfile> profiles = profiles_by_world(all, o, work);
   std::vector<CaseResult> results;
   for (size_t i = 0; i < all.size(); ++i) {
     fmt::print("[{}/{}] {}\n", i + 1, all.size(), all[i].name());
     std::fflush(stdout);
-    results.push_back(run_case(all[i], calibrated, o, work, o.quick ? 3 : 6));
+    results.push_back(run_case(all[i], profiles.at(all[i].world), o, work, o.quick ? 3 : 10));
   }
   fs::remove_all(work);
   return results;

@@ -8,12 +8,16 @@
 // the plan's, with the ratio, then the worst ratio of each kind.
 //
 // [Note: validating on one small machine]
-// Every rank of a case shares this machine's cores, so the profile is scaled
-// per case by calibrated ranks / ranks: a rank's matmul rate and memory
-// bandwidth shrink, its fixed costs grow, and so do the link's (Gloo over
-// loopback is copies and wake-ups on the same cores). The calibrated profile
-// is measured once at the start (or read from --profile). Memory needs no
-// scaling: the counted bytes are what a rank allocates wherever it runs.
+// Every rank of a case shares this machine's cores, so a case is planned
+// with a profile measured the way it runs: calibrated at the case's own rank
+// count. Sharing is not a simple scaling: with four ranks on two cores a
+// rank's fixed costs grew about fourfold over two ranks in calibration, not
+// twofold, and a collective waits for a peer that is not scheduled. So
+// validate calibrates once at each rank count its cases use (1, 2 and 4),
+// first, and plans each case with its own count's profile. A profile given with
+// --profile is instead scaled by its ranks / the case's ranks (rates
+// shrink, fixed costs and latency grow), which is cruder. Memory needs
+// neither: the counted bytes are what a rank allocates wherever it runs.
 
 #include <string>
 #include <vector>
@@ -22,7 +26,7 @@ namespace fsdp_plan {
 
 struct ValidateOptions {
   bool quick = false;         // 4 small cases, 3 steps: what `make test` runs
-  std::string profile;        // "" = calibrate now
+  std::string profile;        // "" = calibrate now, at each rank count
   std::string bin_dir;        // where fsdp-run, fsdp-train (and fsdp-plan) are
 };
 

@@ -164,11 +164,13 @@ void FlatParamGroup::reduce_grads_async() {
   if (nparams > 0) write_used_flags();
   if (world > 1) {
     pending.output = at::empty({reduce_input_.size(1)}, reduce_input_.options());
-    pending.work = groups_.reduce_scatter->reduce_scatter(pending.output, reduce_input_.view(-1),
-                                                          ReduceOp::kSum);
+    // The used-parameter flags, each row's last nparams, travel exactly.
+    pending.work = compressed_reduce_scatter(*groups_.reduce_scatter, pending.output,
+                                             reduce_input_.view(-1), config_.compression.grads(),
+                                             /*exact_tail=*/nparams);
   } else {
     pending.output = reduce_input_.view(-1);
-    if (groups_.replicate) pending.work = groups_.replicate->all_reduce(pending.output, ReduceOp::kSum);
+    if (groups_.replicate) pending.work = all_reduce_across_replicas(pending.output);
   }
 }
 
@@ -228,6 +230,13 @@ void FlatParamGroup::restore_stashed_grads() {
   set_grad_state(GradState::kSharded);
 }
 
+// Sums `reduced` (the shard and the used-parameter flags after them) across
+// the replicas, compressed as the options say; the flags travel exactly.
+WorkPtr FlatParamGroup::all_reduce_across_replicas(const at::Tensor& reduced) const {
+  return compressed_all_reduce(*groups_.replicate, reduced, config_.compression.replicate_grads(),
+                               /*exact_tail=*/layout_.num_params());
+}
+
 // Waits for the reduction and returns this rank's averaged shard of it, on
 // the shards' device.
 at::Tensor FlatParamGroup::wait_for_reduced_shard() {
@@ -239,7 +248,7 @@ at::Tensor FlatParamGroup::wait_for_reduced_shard() {
   int64_t divisor = world;
   if (groups_.replicate) {
     // Hybrid: after the shard group's reduce-scatter, replicas all-reduce.
-    if (world > 1) groups_.replicate->all_reduce(pending_reduce_.output, ReduceOp::kSum)->wait();
+    if (world > 1) all_reduce_across_replicas(pending_reduce_.output)->wait();
     divisor *= groups_.replicate->size();
   }
   at::Tensor reduced = pending_reduce_.output.narrow(0, 0, layout_.shard_numel());

@@ -164,15 +164,20 @@ void FlatParamGroup::unshard_async() {
     all_gather_input_ = std::move(post_forward_shard_);
     post_forward_counter_->sub(bytes_of(all_gather_input_));
     post_forward_shard_ = at::Tensor();
-    pending_gather_ = post_forward_group_->all_gather(gathered_flat_, all_gather_input_);
+    pending_gather_ = compressed_all_gather(*post_forward_group_, gathered_flat_, all_gather_input_,
+                                            config_.compression.weights());
     set_param_state(ParamState::kGathering);
     return;
   }
-  // The shard is cast (mixed precision) and moved (offload) once per gather.
-  all_gather_input_ = sharded_flat_.to(gathered_flat_.device(), config_.compute_dtype,
+  const bool compressed = config_.compression.weights().enabled() && groups_.shard->size() > 1;
+  // The shard is cast (mixed precision) and moved (offload) once per gather;
+  // compressed, it is encoded from the master dtype instead.
+  all_gather_input_ = sharded_flat_.to(gathered_flat_.device(),
+                                       compressed ? sharded_flat_.scalar_type() : config_.compute_dtype,
                                        /*non_blocking=*/true, /*copy=*/offload_);
   if (groups_.shard->size() > 1) {
-    pending_gather_ = groups_.shard->all_gather(gathered_flat_, all_gather_input_);
+    pending_gather_ = compressed_all_gather(*groups_.shard, gathered_flat_, all_gather_input_,
+                                            config_.compression.weights());
   } else {
     gathered_flat_.copy_(all_gather_input_);
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "fsdp/comm/process_group.h"
+#include "fsdp/options.h"
 #include "fsdp/shard_layout.h"
 #include "live_gather_count.h"
 #include "memory_counter.h"
@@ -40,6 +41,7 @@ struct FlatParamConfig {
   at::ScalarType reduce_dtype;   // dtype gradients are reduced in
   bool offload_to_cpu = false;   // keep shards and sharded grads on the CPU
   bool pin_memory = false;
+  CommCompression compression;   // how gathers and reductions travel
 };
 
 // [Note: the states of a FlatParamGroup]
@@ -213,6 +215,7 @@ class FlatParamGroup {
   void scatter_grad_into(int64_t param, const at::Tensor& grad) const;
   void restore_stashed_grads();
   at::Tensor wait_for_reduced_shard();
+  WorkPtr all_reduce_across_replicas(const at::Tensor& reduced) const;
   bool install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used);
   void install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count);
 

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <ostream>
+#include <utility>
 
 #include "strategy_traits.h"
 
@@ -48,6 +49,17 @@ void check_mixed_precision(const MixedPrecisionPolicy& mp) {
   }
 }
 
+void check_compression(const CommCompression& compression) {
+  const std::pair<const char*, Compression> choices[] = {
+      {"weights", compression.weights()},
+      {"grads", compression.grads()},
+      {"replicate_grads", compression.replicate_grads()}};
+  for (const auto& [name, choice] : choices) {
+    TORCH_CHECK(choice.block_size() >= 1, "fsdp: compression ", name, " block_size is ",
+                choice.block_size(), "; it must be at least 1 (256 is the default)");
+  }
+}
+
 }  // namespace
 
 FullyShardOptions::FullyShardOptions(DeviceMesh mesh) { this->mesh(std::move(mesh)); }
@@ -84,6 +96,7 @@ void FullyShardOptions::validate() const {
                 "] is nullptr; pass the modules themselves (holder.ptr())");
   }
   check_mixed_precision(mp_);
+  check_compression(compression_);
 }
 
 void UnitOptions::validate(ShardingStrategy strategy) const {

@@ -63,6 +63,7 @@ ResolvedUnitOptions resolve_unit_options(const DiscoveredUnit& unit,
   // Offload is the whole model's choice: every unit's shards live in one place.
   flat.offload_to_cpu = root_options.offload().offload_params();
   flat.pin_memory = root_options.offload().pin_memory();
+  flat.compression = root_options.compression();
   return resolved;
 }
 

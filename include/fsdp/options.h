@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "fsdp/comm/compression.h"
 #include "fsdp/comm/process_group.h"
 
 namespace torch::nn {
@@ -76,6 +77,26 @@ struct OffloadPolicy {
   TORCH_ARG(bool, pin_memory) = true;
 };
 
+// Compressed communication (ZeRO++'s qwZ and qgZ; fsdp/comm/compression.h).
+// Only what travels is approximate: the sharded master parameters, the
+// gradients the optimizer sees once reduced, and the optimizer state stay in
+// their own dtype, and summation is in fp32. Each choice compresses one
+// kind of collective, so a hybrid mesh can compress only its inter-node hop
+// (`replicate_grads`).
+struct CommCompression {
+  /// Parameters in every all-gather of a unit, the k-group's backward
+  /// re-gather included. The gathered copy every rank computes with is the
+  /// decoded one (identical on every rank). Default: as they are.
+  TORCH_ARG(Compression, weights) = Compression();
+  /// Gradients in the reduce-scatter over the shard group (an all-to-all of
+  /// encoded rows, summed in fp32). Default: as they are.
+  TORCH_ARG(Compression, grads) = Compression();
+  /// Gradients in the all-reduce across replicas: kNoShard's only reduction,
+  /// and the inter-node hop of kHybridShard and kHybridShardZero2. Default:
+  /// as they are.
+  TORCH_ARG(Compression, replicate_grads) = Compression();
+};
+
 struct FullyShardOptions {
   /// The one argument fully_shard needs goes in the constructor, as in
   /// torch::nn::LinearOptions(in, out): the ranks to shard over, or, for the
@@ -117,6 +138,8 @@ struct FullyShardOptions {
   TORCH_ARG(MixedPrecisionPolicy, mp) = MixedPrecisionPolicy();
   /// CPU offload of shards. Default: off.
   TORCH_ARG(OffloadPolicy, offload) = OffloadPolicy();
+  /// Compressed all-gathers and gradient reductions. Default: off.
+  TORCH_ARG(CommCompression, compression) = CommCompression();
   /// Issue the next unit's all-gather before the current unit computes
   /// (forward) and the previous unit's before its backward. Default: true.
   TORCH_ARG(bool, prefetch) = true;

@@ -82,6 +82,16 @@ void check_broadcast_args(const ProcessGroup& group, const at::Tensor& tensor, i
               " is out of range; it is a group rank in [0, ", group.size(), ")");
 }
 
+void check_all_to_all_args(const ProcessGroup& group, const at::Tensor& output,
+                           const at::Tensor& input, c10::DeviceType device) {
+  check_tensor(group, "all_to_all", "output", output, device);
+  check_tensor(group, "all_to_all", "input", input, device);
+  check_same_dtype(group, "all_to_all", output, input);
+  TORCH_CHECK(output.numel() == input.numel() && input.numel() % group.size() == 0, "fsdp: ",
+              describe_op(group, "all_to_all"), ": input has ", input.numel(), " elements and output ",
+              output.numel(), "; both need the same count, a multiple of the group size ", group.size());
+}
+
 void check_subgroup_ranks(const ProcessGroup& group, const std::vector<int>& ranks) {
   const std::string what = "fsdp: " + describe_op(group, "new_subgroup");
   TORCH_CHECK(!ranks.empty(), what, ": the rank list is empty; list at least one group rank");

@@ -23,6 +23,8 @@ void check_all_reduce_args(const ProcessGroup& group, const at::Tensor& tensor, 
                            c10::DeviceType device);
 void check_broadcast_args(const ProcessGroup& group, const at::Tensor& tensor, int root,
                           c10::DeviceType device);
+void check_all_to_all_args(const ProcessGroup& group, const at::Tensor& output,
+                           const at::Tensor& input, c10::DeviceType device);
 // Group ranks for new_subgroup: in [0, size), strictly ascending, non-empty.
 void check_subgroup_ranks(const ProcessGroup& group, const std::vector<int>& ranks);
 

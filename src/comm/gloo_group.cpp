@@ -164,6 +164,23 @@ WorkPtr GlooGroup::all_reduce(const at::Tensor& tensor, ReduceOp op) {
   });
 }
 
+WorkPtr GlooGroup::all_to_all(const at::Tensor& output, const at::Tensor& input) {
+  check_all_to_all_args(*this, output, input, kCpu);
+  count_all_to_all(input);
+  return queue_.enqueue(describe_op(*this, "all_to_all"), [this, output, input] {
+    if (size() == 1 || input.numel() == 0) {
+      output.copy_(input);
+      return;
+    }
+    // Gloo's all-to-all moves bytes, so any dtype goes through as kByte.
+    at::Tensor out = output.reshape({-1}).view(at::kByte), in = input.reshape({-1}).view(at::kByte);
+    std::vector<int64_t> equal_chunks;  // empty: size() equal chunks
+    c10d::AllToAllOptions opts;
+    opts.timeout = options().timeout;
+    gloo_->alltoall_base(out, in, equal_chunks, equal_chunks, opts)->wait();
+  });
+}
+
 WorkPtr GlooGroup::broadcast(const at::Tensor& tensor, int root) {
   check_broadcast_args(*this, tensor, root, kCpu);
   count_broadcast(tensor, root);

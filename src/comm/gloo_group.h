@@ -21,6 +21,7 @@ class GlooGroup final : public StoreBackedGroup {
   WorkPtr reduce_scatter(const at::Tensor& output, const at::Tensor& input,
                          ReduceOp op) override;
   WorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op) override;
+  WorkPtr all_to_all(const at::Tensor& output, const at::Tensor& input) override;
   WorkPtr broadcast(const at::Tensor& tensor, int root) override;
   WorkPtr barrier() override;
 

@@ -96,6 +96,14 @@ class NcclGroup final : public StoreBackedGroup {
     return wrap(nccl_->allreduce(tensors, opts), "all_reduce");
   }
 
+  WorkPtr all_to_all(const at::Tensor& output, const at::Tensor& input) override {
+    check_all_to_all_args(*this, output, input, kCuda);
+    count_all_to_all(input);
+    at::Tensor out = output, in = input;
+    std::vector<int64_t> equal_chunks;  // empty: size() equal chunks
+    return wrap(nccl_->alltoall_base(out, in, equal_chunks, equal_chunks), "all_to_all");
+  }
+
   WorkPtr broadcast(const at::Tensor& tensor, int root) override {
     check_broadcast_args(*this, tensor, root, kCuda);
     count_broadcast(tensor, root);

@@ -80,6 +80,10 @@ void StoreBackedGroup::count_broadcast(const at::Tensor& tensor, int root) {
 
 void StoreBackedGroup::count_barrier() { count(&CommCounters::barrier, 0); }
 
+void StoreBackedGroup::count_all_to_all(const at::Tensor& input) {
+  count(&CommCounters::all_to_all, (size_ - 1) * nbytes(input) / size_);
+}
+
 c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return c10d::ReduceOp::SUM;

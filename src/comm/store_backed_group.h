@@ -49,6 +49,7 @@ class StoreBackedGroup : public ProcessGroup {
   void count_all_reduce(const at::Tensor& tensor);
   void count_broadcast(const at::Tensor& tensor, int root);
   void count_barrier();
+  void count_all_to_all(const at::Tensor& input);
 
  private:
   void count(int64_t CommCounters::*op, int64_t bytes_sent);

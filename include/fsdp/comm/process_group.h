@@ -67,6 +67,7 @@ struct CommCounters {
   int64_t all_reduce = 0;
   int64_t broadcast = 0;
   int64_t barrier = 0;
+  int64_t all_to_all = 0;
   int64_t bytes_sent = 0;  // payload bytes this rank put on the wire
 };
 
@@ -78,6 +79,7 @@ inline CommCounters operator-(const CommCounters& after, const CommCounters& bef
   d.all_reduce = after.all_reduce - before.all_reduce;
   d.broadcast = after.broadcast - before.broadcast;
   d.barrier = after.barrier - before.barrier;
+  d.all_to_all = after.all_to_all - before.all_to_all;
   d.bytes_sent = after.bytes_sent - before.bytes_sent;
   return d;
 }
@@ -106,6 +108,12 @@ class ProcessGroup {
 
   // In-place all-reduce of a contiguous tensor.
   virtual WorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op) = 0;
+
+  // All-to-all: `input` and `output` (contiguous, same dtype, device and
+  // numel, a multiple of size()) are size() equal chunks; chunk j of rank
+  // r's input becomes chunk r of rank j's output. Compressed reduce-scatter
+  // is built on it (fsdp/comm/compression.h).
+  virtual WorkPtr all_to_all(const at::Tensor& output, const at::Tensor& input) = 0;
 
   // In-place broadcast from group rank `root`.
   virtual WorkPtr broadcast(const at::Tensor& tensor, int root) = 0;

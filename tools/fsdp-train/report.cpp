@@ -20,6 +20,13 @@ void print_header(const RunHeader& h) {
              b.world_size, h.launcher, h.threads, h.threads == 1 ? "" : "s", o.strategy,
              o.mixed_precision, o.no_prefetch ? "off" : "on", o.offload ? "on" : "off",
              o.activation_checkpointing, o.deferred_init ? ", deferred init" : "");
+  if (o.compress_weights != "none" || o.compress_grads != "none") {
+    fmt::print("  compress  weights {}, gradients {}{}{}\n", o.compress_weights, o.compress_grads,
+               o.compress_scope == "inter-node" ? " (across nodes only)" : "",
+               o.compress_weights == "int8" || o.compress_grads == "int8"
+                   ? fmt::format(" (int8 blocks of {})", o.compress_block_size)
+                   : "");
+  }
   if (h.rank_memory_limit > 0) {
     fmt::print("  memory    limit {} per rank (RLIMIT_DATA)\n", human_bytes(h.rank_memory_limit));
   }

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <functional>
+#include <utility>
 
 #include "cli_help_format.h"
 #include "cli_integer_check.h"
@@ -115,7 +116,8 @@ void add_optimizer_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) 
 void add_fsdp_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* fsdp = app.add_option_group("FSDP");
   rec(fsdp->add_option("--strategy", o.strategy,
-                       "full (ZeRO-3) | grad-op (ZeRO-2) | none (DDP-like)")
+                       "full (ZeRO-3) | grad-op (ZeRO-2) | none (DDP-like) | hybrid (full within "
+                       "each node of LOCAL_WORLD_SIZE ranks, replicated across nodes)")
           ->capture_default_str());
   rec(fsdp->add_option("--mixed-precision", o.mixed_precision,
                        "fp32 | bf16 (bf16 compute and all-gather, fp32 gradient reduction and "
@@ -133,6 +135,22 @@ void add_fsdp_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
                        "none | all | every-N: blocks whose activations are recomputed in backward "
                        "instead of kept (every-2: blocks 0, 2, 4, ...); saves memory for about "
                        "one extra forward")
+          ->capture_default_str());
+  rec(fsdp->add_option("--compress-weights", o.compress_weights,
+                       "none | bf16 | int8: how parameters travel in their all-gathers (int8: "
+                       "one byte a value plus an fp32 scale per block, 0.254 of fp32's bytes); "
+                       "master weights stay exact")
+          ->capture_default_str());
+  rec(fsdp->add_option("--compress-grads", o.compress_grads,
+                       "none | bf16 | int8: how gradients travel in their reduce-scatter (or "
+                       "all-reduce, with --strategy none); summed in fp32")
+          ->capture_default_str());
+  rec(fsdp->add_option("--compress-scope", o.compress_scope,
+                       "all | inter-node: with --strategy hybrid, inter-node compresses only the "
+                       "gradient all-reduce across nodes and leaves traffic within a node exact")
+          ->capture_default_str());
+  rec(fsdp->add_option("--compress-block-size", o.compress_block_size,
+                       "int8: values per scale; smaller follows magnitudes more closely")
           ->capture_default_str());
   rec(fsdp->add_option("--timeout", o.timeout,
                        "seconds rendezvous or a collective may wait for a peer before failing "
@@ -299,11 +317,41 @@ void validate_sampling_and_output(const TrainOptions& o, std::vector<std::string
   }
 }
 
+// The compression options, and that they fit the strategy.
+void validate_compression(const TrainOptions& o, std::vector<std::string>& errors) {
+  for (const auto& [flag, value] : {std::pair{"--compress-weights", o.compress_weights},
+                                     std::pair{"--compress-grads", o.compress_grads}}) {
+    if (!wire_format(value)) {
+      errors.push_back(fmt::format("{} '{}' is not one of: none, bf16, int8", flag, value));
+    }
+  }
+  if (o.compress_block_size < 1) {
+    errors.push_back(fmt::format("--compress-block-size is {}; give at least 1 value per scale "
+                                 "(256 is the default)", o.compress_block_size));
+  }
+  if (o.compress_scope != "all" && o.compress_scope != "inter-node") {
+    errors.push_back(fmt::format("--compress-scope '{}' is not one of: all, inter-node",
+                                 o.compress_scope));
+  } else if (o.compress_scope == "inter-node" && o.strategy != "hybrid") {
+    errors.push_back(fmt::format("--compress-scope inter-node needs --strategy hybrid (got '{}'): "
+                                 "only a hybrid mesh keeps inter-node traffic in collectives of "
+                                 "its own; with the others every ring crosses the nodes",
+                                 o.strategy));
+  } else if (o.compress_scope == "inter-node" && o.compress_weights != "none") {
+    errors.push_back(fmt::format("--compress-weights {} has no effect with --compress-scope "
+                                 "inter-node: a hybrid mesh gathers parameters within a node only; "
+                                 "drop one of them",
+                                 o.compress_weights));
+  }
+}
+
 // The FSDP and launch options: strategy, precision, timeout.
 void validate_choices(const TrainOptions& o, std::vector<std::string>& errors) {
-  if (o.strategy != "full" && o.strategy != "grad-op" && o.strategy != "none") {
+  if (o.strategy != "full" && o.strategy != "grad-op" && o.strategy != "none" &&
+      o.strategy != "hybrid") {
     errors.push_back(fmt::format("--strategy '{}' is not one of: full (ZeRO-3), grad-op (ZeRO-2), "
-                                 "none (replicated, like DDP)",
+                                 "none (replicated, like DDP), hybrid (ZeRO-3 within a node, "
+                                 "replicated across nodes)",
                                  o.strategy));
   }
   if (o.mixed_precision != "fp32" && o.mixed_precision != "bf16") {
@@ -328,6 +376,7 @@ void validate_options(const TrainOptions& o, std::vector<std::string>& errors) {
   validate_optimizer(o, errors);
   validate_sampling_and_output(o, errors);
   validate_choices(o, errors);
+  validate_compression(o, errors);
 }
 
 // Every rank takes an equal, non-empty slice of the global batch: "" when
@@ -423,6 +472,7 @@ std::vector<std::string> check_options(const TrainOptions& o, int world_size, Ba
 fsdp::ShardingStrategy sharding_strategy(const TrainOptions& o) {
   if (o.strategy == "grad-op") return fsdp::ShardingStrategy::kShardGradOp;
   if (o.strategy == "none") return fsdp::ShardingStrategy::kNoShard;
+  if (o.strategy == "hybrid") return fsdp::ShardingStrategy::kHybridShard;
   return fsdp::ShardingStrategy::kFullShard;
 }
 
@@ -430,6 +480,30 @@ fsdp::MixedPrecisionPolicy mixed_precision_policy(const TrainOptions& o) {
   fsdp::MixedPrecisionPolicy policy;
   if (o.mixed_precision == "bf16") policy.param_dtype(at::kBFloat16).reduce_dtype(at::kFloat);
   return policy;
+}
+
+std::optional<fsdp::WireFormat> wire_format(const std::string& name) {
+  if (name == "none") return fsdp::WireFormat::kAsIs;
+  if (name == "bf16") return fsdp::WireFormat::kBf16;
+  if (name == "int8") return fsdp::WireFormat::kInt8;
+  return std::nullopt;
+}
+
+fsdp::CommCompression comm_compression(const TrainOptions& o) {
+  const auto as = [&](const std::string& name) {
+    return fsdp::Compression().format(*wire_format(name)).block_size(o.compress_block_size);
+  };
+  // --compress-grads covers every gradient reduction: the reduce-scatter,
+  // and the all-reduce across replicas (--strategy none, hybrid), or only
+  // the latter with --compress-scope inter-node (where weights travel
+  // within a node only, so they are not compressed).
+  if (o.compress_scope == "inter-node") {
+    return fsdp::CommCompression().replicate_grads(as(o.compress_grads));
+  }
+  return fsdp::CommCompression()
+      .weights(as(o.compress_weights))
+      .grads(as(o.compress_grads))
+      .replicate_grads(as(o.compress_grads));
 }
 
 std::optional<int64_t> checkpoint_every(const TrainOptions& o) {

@@ -43,12 +43,16 @@ struct TrainOptions {
   uint64_t seed = 1337;
 
   // FSDP.
-  std::string strategy = "full";          // full | grad-op | none
+  std::string strategy = "full";          // full | grad-op | none | hybrid
   std::string mixed_precision = "fp32";   // fp32 | bf16
   bool offload = false;
   bool no_prefetch = false;
   bool deferred_init = false;  // build without parameter storage; fully_shard initializes
   std::string activation_checkpointing = "none";  // none | all | every-N
+  std::string compress_weights = "none";  // none | bf16 | int8: the parameter all-gathers
+  std::string compress_grads = "none";    // none | bf16 | int8: the gradient reductions
+  std::string compress_scope = "all";     // all | inter-node (hybrid: the replica all-reduce only)
+  int64_t compress_block_size = 256;      // int8: values per fp32 scale
   double timeout = 0;  // seconds a rank may wait for a peer; 0 = FSDP_COMM_TIMEOUT, else 300
 
   // Evaluation and generation.
@@ -98,8 +102,11 @@ std::vector<std::string> check_options(const TrainOptions& options, int world_si
 
 fsdp::ShardingStrategy sharding_strategy(const TrainOptions& options);
 fsdp::MixedPrecisionPolicy mixed_precision_policy(const TrainOptions& options);
+fsdp::CommCompression comm_compression(const TrainOptions& options);
 // --activation-checkpointing as GPTConfig::checkpoint_every: none 0, all 1,
 // every-N N; nullopt when the value is none of these.
 std::optional<int64_t> checkpoint_every(const TrainOptions& options);
+// "none", "bf16" or "int8" as a wire format; nullopt for anything else.
+std::optional<fsdp::WireFormat> wire_format(const std::string& name);
 
 }  // namespace fsdp_train

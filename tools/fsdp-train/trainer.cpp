@@ -177,6 +177,7 @@ void Trainer::build_model() {
   options.process_group(s_.world)
       .strategy(sharding_strategy(o_))
       .mp(mixed_precision_policy(o_))
+      .compression(comm_compression(o_))
       .offload(fsdp::OffloadPolicy().offload_params(o_.offload).pin_memory(false))
       .prefetch(!o_.no_prefetch);
   model_.emplace(fsdp::fully_shard(GPT(config), options));
@@ -229,6 +230,10 @@ void Trainer::write_config_json() const {
   config.AddMember("offload", o_.offload, a);
   config.AddMember("prefetch", !o_.no_prefetch, a);
   add_text("activation_checkpointing", o_.activation_checkpointing);
+  add_text("compress_weights", o_.compress_weights);
+  add_text("compress_grads", o_.compress_grads);
+  add_text("compress_scope", o_.compress_scope);
+  config.AddMember("compress_block_size", o_.compress_block_size, a);
   config.AddMember("micro_batch", static_cast<int64_t>(s_.layout.micro_batch), a);
   config.AddMember("grad_accum", static_cast<int64_t>(s_.layout.grad_accum), a);
   add_text("launcher", s_.launcher);

@@ -16,6 +16,7 @@ constexpr fsdp::bench::SuiteRegistrar kSuites[] = {
     fsdp::bench::register_memory_suite,
     fsdp::bench::register_checkpoint_suite,
     fsdp::bench::register_activations_suite,
+    fsdp::bench::register_slowlink_suite,
 };
 
 }  // namespace

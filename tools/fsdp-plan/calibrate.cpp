@@ -93,6 +93,16 @@ double mem_total_bytes() {
 // few AdamW steps of a small GPT, as the fraction of the tensor peak that
 // the resident high-water mark exceeds it by.
 //
+// Median over ranks of one figure (collective).
+double median_over_ranks(fsdp::ProcessGroup& group, double mine) {
+  at::Tensor in = at::tensor({mine}, at::kDouble);
+  at::Tensor all = at::empty({group.size()}, at::kDouble);
+  group.all_gather(all, in)->wait();
+  std::vector<double> v(all.data_ptr<double>(), all.data_ptr<double>() + group.size());
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 // [Note: compute calibrated on the GPT]
 // A matmul's rate overstates what a training step achieves: elementwise
 // operations, per-operation and per-unit overhead (hooks, the optimizer's
@@ -101,9 +111,11 @@ double mem_total_bytes() {
 // none of them a size `validate` checks) and fits the planner's compute
 // model, t - optimizer = flops / (fraction x matmul rate) + units x unit
 // cost, to all four by least squares: the achieved fraction and the cost per
-// unit. Separately for fp32 and for bf16 mixed precision, whose casts and
-// elementwise work cost more on a CPU without native bf16 arithmetic. The
-// ranks run the steps at once, so the fit includes what sharing the
+// unit. The points are each size's median step over the ranks, so every
+// rank fits the same ones and one rank's slow steps do not skew a fit of
+// their own. Separately for fp32 and for bf16 mixed precision, whose casts
+// and elementwise work cost more on a CPU without native bf16 arithmetic.
+// The ranks run the steps at once, so the fit includes what sharing the
 // machine's cores and memory costs at this many ranks.
 struct ComputeFit {
   double achieved_fraction = 1, unit_overhead_s = 0;
@@ -117,7 +129,7 @@ double measure_retention() {
   return std::max(0.0, wide.resident_beyond / wide.tensor_peak);
 }
 
-ComputeFit fit_compute(const HardwareProfile& measured, bool bf16) {
+ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measured, bool bf16) {
   const std::vector<GptSizes> sizes = {
       {2, 96, 2, 64, 256}, {4, 96, 2, 64, 256}, {2, 192, 4, 64, 256}, {4, 192, 4, 64, 256}};
   const int64_t batch = 4;  // sequences per rank, as validate's cases at 2 ranks
@@ -135,7 +147,8 @@ ComputeFit fit_compute(const HardwareProfile& measured, bool bf16) {
     const ModelSpec spec = gpt_model_spec(size);
     const TimePlan plan = plan_time(spec, one, ideal);
     const double x = plan.compute_s, u = static_cast<double>(spec.units.size());
-    const double y = run.step_s - plan.optimizer_s;
+    // Every rank fits the same points: each size's median step over ranks.
+    const double y = median_over_ranks(world, run.step_s) - plan.optimizer_s;
     sxx += x * x, sxu += x * u, suu += u * u, sxy += x * y, suy += u * y;
   }
   const double det = sxx * suu - sxu * sxu;
@@ -145,15 +158,6 @@ ComputeFit fit_compute(const HardwareProfile& measured, bool bf16) {
   return fit;
 }
 
-// Median over ranks of one figure (collective).
-double median_over_ranks(fsdp::ProcessGroup& group, double mine) {
-  at::Tensor in = at::tensor({mine}, at::kDouble);
-  at::Tensor all = at::empty({group.size()}, at::kDouble);
-  group.all_gather(all, in)->wait();
-  std::vector<double> v(all.data_ptr<double>(), all.data_ptr<double>() + group.size());
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
 
 int relaunch_under_fsdp_run(const CalibrateOptions& o, const std::string& self) {
   const auto run = std::filesystem::path(self).parent_path() / "fsdp-run";
@@ -246,11 +250,9 @@ HardwareProfile measure(fsdp::ProcessGroup& world, const fsdp::LaunchEnv& env, d
   prof.allocator_retention = median_over_ranks(world, measure_retention());
   say(fmt::format("the allocator keeps {:.0f}% beyond the tensors", 100 * prof.allocator_retention));
   for (const bool bf16 : {false, true}) {
-    const ComputeFit fit = fit_compute(prof, bf16);
-    (bf16 ? prof.bf16_achieved_fraction : prof.achieved_fraction) =
-        median_over_ranks(world, fit.achieved_fraction);
-    (bf16 ? prof.bf16_unit_overhead_s : prof.unit_overhead_s) =
-        median_over_ranks(world, fit.unit_overhead_s);
+    const ComputeFit fit = fit_compute(world, prof, bf16);
+    (bf16 ? prof.bf16_achieved_fraction : prof.achieved_fraction) = fit.achieved_fraction;
+    (bf16 ? prof.bf16_unit_overhead_s : prof.unit_overhead_s) = fit.unit_overhead_s;
     say(fmt::format("GPT steps in {}: {:.0f}% of the matmul rate, {:.2f} ms per unit",
                     bf16 ? "bf16" : "fp32", 100 * prof.achieved_fraction_for(bf16),
                     1e3 * prof.unit_overhead(bf16)));
@@ -280,6 +282,39 @@ HardwareProfile measure(fsdp::ProcessGroup& world, const fsdp::LaunchEnv& env, d
   return prof;
 }
 
+// [Note: repeated calibration]
+// This machine's speed drifts by tens of percent within seconds: one
+// calibration measured alpha at 6 ms where the ones before and after it
+// measured 0.27 and 0.43 ms, and every case planned with it was off by 2x.
+// So calibrate measures `repeats` times and keeps each timing figure's
+// median. Memory figures come from the first pass: later passes find the
+// heap already holding what the first freed, and would see less retention.
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+HardwareProfile median_profile(const std::vector<HardwareProfile>& passes) {
+  HardwareProfile out = passes.front();
+  const auto take_median = [&](auto field) {
+    std::vector<double> v;
+    for (const auto& p : passes) v.push_back(field(p));
+    return median(v);
+  };
+  for (double HardwareProfile::*f :
+       {&HardwareProfile::peak_flops_fp32, &HardwareProfile::peak_flops_bf16,
+        &HardwareProfile::memory_bytes_per_s, &HardwareProfile::host_link_bytes_per_s,
+        &HardwareProfile::host_memory_bytes_per_s, &HardwareProfile::achieved_fraction,
+        &HardwareProfile::unit_overhead_s, &HardwareProfile::bf16_achieved_fraction,
+        &HardwareProfile::bf16_unit_overhead_s, &HardwareProfile::comm_compute_overlap}) {
+    out.*f = take_median([f](const HardwareProfile& p) { return p.*f; });
+  }
+  out.intra_node.latency_s = take_median([](const HardwareProfile& p) { return p.intra_node.latency_s; });
+  out.intra_node.bytes_per_s = take_median([](const HardwareProfile& p) { return p.intra_node.bytes_per_s; });
+  out.inter_node = out.intra_node;
+  return out;
+}
+
 }  // namespace
 
 int calibrate(const CalibrateOptions& o, const std::string& self) {
@@ -294,7 +329,12 @@ int calibrate(const CalibrateOptions& o, const std::string& self) {
   const Say say = [&](const std::string& what) {
     if (rank0) fmt::print("  {}\n", what), std::fflush(stdout);
   };
-  const HardwareProfile prof = measure(*world, env, o.seconds_per_measure, say);
+  std::vector<HardwareProfile> passes;
+  for (int pass = 1; pass <= o.repeats; ++pass) {
+    if (o.repeats > 1) say(fmt::format("pass {} of {}:", pass, o.repeats));
+    passes.push_back(measure(*world, env, o.seconds_per_measure, say));
+  }
+  const HardwareProfile prof = median_profile(passes);
   if (rank0) {
     save_profile(prof, o.output);
     fmt::print("fsdp-plan calibrate: wrote {}\n", o.output);

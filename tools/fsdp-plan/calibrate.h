@@ -14,7 +14,8 @@
 //  - the runtime's resident memory (VmRSS once LibTorch, its thread pools and
 //    the process group are up), and what the allocator keeps beyond the
 //    tensors over a small GPT's training steps.
-// Rank 0 writes the profile (the medians over ranks). All ranks share one
+// All of it `repeats` times; rank 0 writes the profile (the medians over
+// ranks and passes). All ranks share one
 // machine, so the inter-node link is the measured one too; the profile's
 // source says so, and a two-host run or the slow-link testbed replaces it.
 
@@ -25,6 +26,7 @@ namespace fsdp_plan {
 struct CalibrateOptions {
   std::string output;
   int nproc_per_node = 2;
+  int repeats = 3;  // passes; each timing figure is their median ([Note: repeated calibration])
   double seconds_per_measure = 0.5;
 };
 

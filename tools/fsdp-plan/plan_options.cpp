@@ -101,6 +101,7 @@ ParsedCommandLine parse_command_line(int argc, char** argv) {
 
   auto* cal = app.add_subcommand("calibrate", "measure this machine (matmul, memory, links) and write a profile");
   cal->add_option("--output", o.calibrate.output, "the profile to write")->required();
+  cal->add_option("--repeats", o.calibrate.repeats, "measurement passes; each timing figure is their median (this machine's speed drifts)")->capture_default_str()->check(CLI::Range(1, 100));
   cal->add_option("--nproc-per-node", o.calibrate.nproc_per_node, "ranks to measure with (each gets cores / ranks threads; the link needs at least 2)")->capture_default_str()->check(CLI::Range(1, 1024));
   auto* val = app.add_subcommand("validate", "plan against measured fsdp-train runs on this machine (docs/planner.md)");
   val->add_flag("--quick", o.validate_quick, "a few small cases only");

@@ -182,8 +182,9 @@ std::map<int, HardwareProfile> profiles_by_world(const std::vector<Case>& all,
     fmt::print("calibrating this machine at {} rank{} ({}/fsdp-plan calibrate)...\n", c.world,
                c.world == 1 ? "" : "s", o.bin_dir);
     std::fflush(stdout);
-    run_or_throw(fmt::format("{}/fsdp-plan calibrate --nproc-per-node {} --output {}", o.bin_dir,
-                             c.world, path.string()),
+    // --quick asserts bytes only; one pass is enough for them.
+    run_or_throw(fmt::format("{}/fsdp-plan calibrate --nproc-per-node {} --repeats {} --output {}",
+                             o.bin_dir, c.world, o.quick ? 1 : 3, path.string()),
                  work / "calibrate.log");
     profiles[c.world] = load_profile(path.string());
   }

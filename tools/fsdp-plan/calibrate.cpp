@@ -74,13 +74,22 @@ double all_gather_s(fsdp::ProcessGroup& group, int64_t bytes_total, double budge
   return times[times.size() / 2];
 }
 
-
 double mem_total_bytes() {
   std::ifstream meminfo("/proc/meminfo");
   std::string name;
   double kib = 0;
   meminfo >> name >> kib;  // MemTotal is the first line
   return kib * 1024;
+}
+
+// Median over ranks of one figure (collective).
+double median_over_ranks(fsdp::ProcessGroup& group, double mine) {
+  at::Tensor in = at::tensor({mine}, at::kDouble);
+  at::Tensor all = at::empty({group.size()}, at::kDouble);
+  group.all_gather(all, in)->wait();
+  std::vector<double> v(all.data_ptr<double>(), all.data_ptr<double>() + group.size());
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
 }
 
 // [Note: resident memory beyond the tensors]
@@ -90,17 +99,13 @@ double mem_total_bytes() {
 // mmap, MALLOC_MMAP_THRESHOLD_=131072, returns it but made fsdp-train's
 // steps ~25% slower here). How much is kept depends on the allocator and the
 // workload, so calibrate measures it on the workload the planner models: a
-// few AdamW steps of a small GPT, as the fraction of the tensor peak that
-// the resident high-water mark exceeds it by.
-//
-// Median over ranks of one figure (collective).
-double median_over_ranks(fsdp::ProcessGroup& group, double mine) {
-  at::Tensor in = at::tensor({mine}, at::kDouble);
-  at::Tensor all = at::empty({group.size()}, at::kDouble);
-  group.all_gather(all, in)->wait();
-  std::vector<double> v(all.data_ptr<double>(), all.data_ptr<double>() + group.size());
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
+// few AdamW steps of a GPT, as the fraction of the tensor peak that the
+// resident high-water mark exceeds it by, on a model wide enough that
+// glibc's fixed arenas do not dwarf its tensors, and first, before other
+// workloads have left freed memory in the heap.
+double measure_retention() {
+  const WorkloadResult wide = run_gpt_workload({2, 256, 4, 64, 256}, 4, 3);
+  return std::max(0.0, wide.resident_beyond / wide.tensor_peak);
 }
 
 // [Note: compute calibrated on the GPT]
@@ -120,14 +125,6 @@ double median_over_ranks(fsdp::ProcessGroup& group, double mine) {
 struct ComputeFit {
   double achieved_fraction = 1, unit_overhead_s = 0;
 };
-
-// What the allocator keeps beyond the tensors, as a fraction of them: on a
-// model wide enough that glibc's fixed arenas do not dwarf its tensors, and
-// first, before other workloads have left freed memory in the heap.
-double measure_retention() {
-  const WorkloadResult wide = run_gpt_workload({2, 256, 4, 64, 256}, 4, 3);
-  return std::max(0.0, wide.resident_beyond / wide.tensor_peak);
-}
 
 ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measured, bool bf16) {
   const std::vector<GptSizes> sizes = {
@@ -158,7 +155,6 @@ ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measure
   return fit;
 }
 
-
 int relaunch_under_fsdp_run(const CalibrateOptions& o, const std::string& self) {
   const auto run = std::filesystem::path(self).parent_path() / "fsdp-run";
   if (!std::filesystem::exists(run)) {
@@ -180,7 +176,6 @@ int relaunch_under_fsdp_run(const CalibrateOptions& o, const std::string& self) 
   fmt::print(stderr, "fsdp-plan calibrate: cannot run {}\n", run.string());
   return 1;
 }
-
 
 using Say = std::function<void(const std::string&)>;
 

@@ -1,6 +1,7 @@
 #include "comm/gloo_group.h"
 
 #include <ATen/ATen.h>
+#include <signal.h>
 
 #include <algorithm>
 
@@ -64,6 +65,22 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> join_gloo_peers(
   }
 }
 
+// [Note: a dead peer must not kill us with SIGPIPE]
+// A peer that dies closes its sockets, and Gloo's next write to one of them
+// raises SIGPIPE, whose default action ends this process at once: no error
+// naming the peer, just a rank killed by signal 13 (seen on LibTorch 2.6's
+// Gloo in MultiProcess.DeadRankMakesThePeersFailNotHang). Python ignores
+// SIGPIPE at startup, so PyTorch never meets it; a C++ program does. So a
+// group that talks to peers ignores SIGPIPE, if the program left it at its
+// default: the write then fails with EPIPE and the collective fails with
+// its error.
+void ignore_sigpipe_if_default() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 GlooGroup::GlooGroup(c10::intrusive_ptr<c10d::Store> store, std::string key_prefix, int rank,
@@ -72,6 +89,7 @@ GlooGroup::GlooGroup(c10::intrusive_ptr<c10d::Store> store, std::string key_pref
                        std::move(options), std::move(global_ranks)) {
   // A group of one talks to no one. (`options` has moved into the base.)
   if (size == 1) return;
+  ignore_sigpipe_if_default();
   gloo_ = join_gloo_peers(rendezvous_store(), rank, size, this->options());
   // [Note: a group is ready only when every member has joined]
   wait_for_every_member(rendezvous_store(), rank, size, this->options().name,

@@ -106,6 +106,8 @@ fsdp::CommCompression comm_compression(const TrainOptions& options);
 // --activation-checkpointing as GPTConfig::checkpoint_every: none 0, all 1,
 // every-N N; nullopt when the value is none of these.
 std::optional<int64_t> checkpoint_every(const TrainOptions& options);
+// Appends what is wrong with the compression options (compression_options.cpp).
+void validate_compression(const TrainOptions& options, std::vector<std::string>& errors);
 // "none", "bf16" or "int8" as a wire format; nullopt for anything else.
 std::optional<fsdp::WireFormat> wire_format(const std::string& name);
 

@@ -48,12 +48,13 @@ constexpr auto kRunLimit = 50s;
 constexpr auto kSetupLimit = 10s;
 constexpr int kSteps = 4;
 
-// The same tiny model as test_trainer, on the default corpus.
+// The same tiny model as test_trainer, on the shipped test corpus.
 std::vector<std::string> tiny_training(const std::string& run_dir) {
-  return {kTrainer,     "--layers", "2",   "--width",        "32", "--heads", "2",
-          "--context",  "32",       "--batch", "8",          "--eval-batches", "1",
-          "--warmup",   "2",        "--lr",    "1e-2",       "--steps", std::to_string(kSteps),
-          "--run-dir",  run_dir};
+  return {kTrainer,    "--data",  FSDP_SOURCE_DIR "/tests/data/corpus.txt",
+          "--layers",  "2",       "--width",        "32", "--heads", "2",
+          "--context", "32",      "--batch",        "8",  "--eval-batches", "1",
+          "--warmup",  "2",       "--lr",           "1e-2", "--steps", std::to_string(kSteps),
+          "--run-dir", run_dir};
 }
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {

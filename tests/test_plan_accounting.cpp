@@ -75,7 +75,9 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GptActivations,
 
 TEST(PlanValidation, AccountedPeaksWithinFivePercentOfThePlan) {
   TempDir dir("plan-validate");
-  const ChildResult r = run_plan(dir, {"validate", "--quick"}, std::chrono::seconds(600));
+  const ChildResult r = run_plan(
+      dir, {"validate", "--quick", "--data", FSDP_SOURCE_DIR "/tests/data/corpus.txt"},
+      std::chrono::seconds(600));
   EXPECT_TRUE(r.exited_with(0)) << r.describe();
   EXPECT_TRUE(contains(r.out, "worst planned/measured: tensor bytes")) << r.describe();
   EXPECT_TRUE(contains(r.out, "L2 W64 x2 none")) << r.describe();

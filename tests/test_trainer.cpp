@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -242,7 +243,7 @@ TEST(Trainer, AModelOverTheRankMemoryLimitIsRefusedNamingIt) {
   TempDir tmp;
   ChildProcess job(tmp, kLauncher,
                    {"--standalone", "--nproc-per-node", "2", "--memory-limit", "1G", "--",
-                    FSDP_BIN_DIR "/fsdp-train",
+                    FSDP_BIN_DIR "/fsdp-train", "--data", test_corpus_path(),
                     "--layers", "4", "--width", "2048", "--heads", "16", "--context", "32",
                     "--run-dir", tmp / "run"});
   const ChildResult r = job.wait(std::chrono::seconds(60));
@@ -292,7 +293,10 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.message);
-    const auto args = concat(c.args, {"--steps", "2"});
+    const bool has_data = std::find(c.args.begin(), c.args.end(), "--data") != c.args.end();
+    const auto args = concat(concat(c.args, {"--steps", "2"}),
+                             has_data ? std::vector<std::string>{}
+                                      : std::vector<std::string>{"--data", test_corpus_path()});
     const auto results = run_ranks(args, c.world_size);
     ASSERT_EQ(results.size(), static_cast<size_t>(c.world_size));
     for (const auto& r : results) {

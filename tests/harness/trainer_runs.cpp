@@ -25,12 +25,14 @@ constexpr auto kRunLimit = kTrainerRunLimit;
 
 }  // namespace
 
-// A model small enough that a step takes milliseconds, on the default corpus.
+std::string test_corpus_path() { return FSDP_SOURCE_DIR "/tests/data/corpus.txt"; }
+
+// A model small enough that a step takes milliseconds, on the test corpus.
 std::vector<std::string> tiny(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"--layers", "2",          "--width", "32",
-                                   "--heads",  "2",          "--context", "32",
-                                   "--batch",  "8",          "--eval-batches", "1",
-                                   "--warmup", "2",          "--lr", "1e-2"};
+  std::vector<std::string> args = {"--data",   test_corpus_path(),
+                                   "--layers", "2",  "--width",   "32", "--heads",        "2",
+                                   "--context", "32", "--batch",  "8",  "--eval-batches", "1",
+                                   "--warmup", "2",  "--lr",      "1e-2"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

@@ -20,8 +20,13 @@ namespace fsdp::testing {
 // Upper bound on a run that should end long before it; never a speed test.
 constexpr std::chrono::seconds kTrainerRunLimit{180};
 
-// A model small enough that a step takes milliseconds, on the default
-// corpus, followed by `extra`.
+// The corpus the tests train on, shipped in the repository
+// (tests/data/corpus.txt: this project's own README and docs), so no test
+// depends on Debian's `fortunes`, the trainer's default.
+std::string test_corpus_path();
+
+// A model small enough that a step takes milliseconds, on the test corpus,
+// followed by `extra`.
 std::vector<std::string> tiny(std::vector<std::string> extra = {});
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b);

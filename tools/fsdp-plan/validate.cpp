@@ -69,6 +69,13 @@ std::string read_file(const fs::path& path) {
   return s.str();
 }
 
+// `text` as one word for /bin/sh: in single quotes, each ' written '\''.
+std::string shell_quoted(const std::string& text) {
+  std::string quoted = "'";
+  for (const char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
 // Runs `command` with its output in `log`; throws with the log on failure.
 void run_or_throw(const std::string& command, const fs::path& log) {
   const int rc = std::system((command + " >" + log.string() + " 2>&1").c_str());
@@ -138,10 +145,10 @@ CaseResult run_case(const Case& c, const HardwareProfile& hw, const ValidateOpti
   const std::string command = fmt::format(
       "{}/fsdp-run --standalone --nproc-per-node {} -- {}/fsdp-train --layers {} --width {} "
       "--heads {} --context {} --batch {} --steps {} --strategy {} --mixed-precision {}{} "
-      "--eval-every 0 --sample-bytes 0 --warmup 1 --quiet --run-dir {}",
+      "--eval-every 0 --sample-bytes 0 --warmup 1 --quiet --run-dir {}{}",
       o.bin_dir, c.world, o.bin_dir, c.gpt.layers, c.gpt.width, c.gpt.heads, c.gpt.context,
       c.batch, steps, to_string(c.strategy), c.bf16 ? "bf16" : "fp32", c.offload ? " --offload" : "",
-      run_dir.string());
+      shell_quoted(run_dir.string()), o.data.empty() ? "" : " --data " + shell_quoted(o.data));
   run_or_throw(command, work / "case.log");
   const Measured m = read_metrics(run_dir / "metrics.jsonl");
 

@@ -28,6 +28,7 @@ struct ValidateOptions {
   bool quick = false;         // 4 small cases, 3 steps: what `make test` runs
   std::string profile;        // "" = calibrate now, at each rank count
   std::string bin_dir;        // where fsdp-run, fsdp-train (and fsdp-plan) are
+  std::string data;           // fsdp-train's --data; "" = its default corpus
 };
 
 struct CaseResult {

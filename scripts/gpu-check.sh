@@ -4,7 +4,8 @@
 #   1. configure and build against the wheel's LibTorch, with the vendored
 #      dependencies in .gpudeps (made here by scripts/gpu-deps.sh);
 #   2. run the GPU tests (label "gpu": NCCL at world size 1, FSDP on CUDA
-#      with fp32, bf16 and pinned CPU offload);
+#      with fp32, bf16 and pinned CPU offload, fsdp-train --device cuda
+#      against the same run on the CPU), then fsdp-train on the 86 M preset;
 #   3. run the CPU test suite under LibTorch 2.x (Gloo);
 #   4. run the overhead and comm benchmarks.
 # Writes gpu-check.log (and the ctest logs) to $OUT.
@@ -35,6 +36,10 @@ if [[ $build_rc -ne 0 ]]; then grep -E "error|Error" -A3 "$OUT/build.log" | head
 cd build-gpu
 echo "== GPU tests =="
 ctest -L gpu --output-on-failure --timeout 300 2>&1 | tail -25
+echo "== fsdp-train --device cuda, gpt2-small-bytes, bf16 =="
+timeout 240 bin/fsdp-train --device cuda --preset gpt2-small-bytes --mixed-precision bf16 \
+  --batch 8 --steps 30 --warmup 5 --eval-every 0 --sample-bytes 0 --log-every 5 \
+  --data ../tests/data/corpus.txt --run-dir "$OUT/train-gpt2-small-bytes" 2>&1 | tail -25
 echo "== CPU suite under LibTorch 2.x =="
 OMP_NUM_THREADS=1 ctest -LE gpu -j 12 --timeout 300 > "$OUT/ctest-cpu.log" 2>&1
 grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|Not Run" "$OUT/ctest-cpu.log" | head -60

@@ -264,7 +264,7 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
   TempDir tmp;
   const std::string not_a_dir = tmp / "file";
   std::ofstream(not_a_dir) << "x";
-  const std::vector<BadInput> cases = {
+  std::vector<BadInput> cases = {
       {{"--data", "/nonexistent/corpus.txt"}, 2, "data file '/nonexistent/corpus.txt' does not exist"},
       {{"--width", "32", "--heads", "3"}, 2, "--heads 3 does not divide --width 32"},
       {{"--batch", "3"}, 2, "--batch 3 is not divisible by the world size 2"},
@@ -273,6 +273,8 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
       {{"--layers", "0"}, 2, "--layers is 0; it must be a positive integer"},
       {{"--context", "-4"}, 1, "--context is -4; it must be a positive integer"},
       {{"--strategy", "zero9"}, 2, "--strategy 'zero9' is not one of"},
+      {{"--device", "tpu"}, 2, "--device 'tpu' is not one of: cpu, cuda"},
+      {{"--preset", "gpt-7b"}, 1, "--preset 'gpt-7b' is not a preset; pick one of"},
       {{"--micro-batch", "3"}, 2, "--micro-batch 3 does not divide the per-rank batch 16"},
       {{"--resume", "/nonexistent/run"}, 2, "--resume '/nonexistent/run' does not exist"},
       {{"--timeout", "-1"}, 1, "--timeout is -1; give seconds from 0 to 86400"},
@@ -291,6 +293,10 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
        "--steps: '99999999999999999999' does not fit in a 64-bit integer (the largest is "
        "9223372036854775807)"},
   };
+#if !defined(FSDP_WITH_NCCL)  // a CUDA build runs it: tests/gpu/test_gpu_trainer.cpp
+  cases.push_back({{"--device", "cuda"}, 2,
+                   "--device cuda: this fsdp-train was built against a LibTorch without CUDA"});
+#endif
   for (const auto& c : cases) {
     SCOPED_TRACE(c.message);
     const bool has_data = std::find(c.args.begin(), c.args.end(), "--data") != c.args.end();
@@ -321,7 +327,8 @@ TEST(Trainer, HelpDocumentsEveryOptionWithItsDefault) {
         "--time-budget", "--seed", "--run-dir", "--save-every", "--resume", "--eval-every",
         "--sample-bytes", "--layers", "--width", "--heads", "--context", "--quiet", "--data",
         "--batch", "--timeout", "FSDP_COMM_TIMEOUT", "--compress-weights", "--compress-grads",
-        "--compress-scope", "--compress-block-size"}) {
+        "--compress-scope", "--compress-block-size", "--device", "LOCAL_RANK", "--preset",
+        "PRESETS", "gpt2-small-bytes", "gpt-1b"}) {
     EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
   }
   EXPECT_NE(r.output.find("--lr FLOAT=0.003"), std::string::npos) << r.output;  // a default

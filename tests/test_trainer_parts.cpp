@@ -1,5 +1,6 @@
 // fsdp-train's pure parts, compiled in from tools/fsdp-train/: the batch
-// sampler, the learning-rate schedule and the batch-split option checks.
+// sampler, the learning-rate schedule, the option checks, the model presets
+// and the device checks.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -12,8 +13,15 @@
 
 #include "corpus.h"
 #include "lr_schedule.h"
+#include "fsdp/models/gpt.h"
 #include "memory_check.h"
+#include "model_presets.h"
 #include "train_options.h"
+#include "training_device.h"
+
+#if defined(FSDP_WITH_NCCL)
+#include <torch/cuda.h>
+#endif
 
 namespace {
 
@@ -87,6 +95,86 @@ TEST(TrainerOptions, BatchSplitFollowsWorldSizeMicroBatchAndAccumulation) {
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].find("--grad-accum 3 does not divide the per-rank batch 16"), std::string::npos)
       << errors[0];
+}
+
+fsdp_train::TrainOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "fsdp-train");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  fsdp_train::ParseResult parsed =
+      fsdp_train::parse_train_options(static_cast<int>(argv.size()), argv.data());
+  EXPECT_TRUE(parsed.options.has_value());
+  return parsed.options.value_or(fsdp_train::TrainOptions{});
+}
+
+int64_t parameters_of(const fsdp_train::TrainOptions& o) {
+  fsdp::models::GPTConfig config;
+  config.n_layer = o.layers;
+  config.d_model = o.width;
+  config.n_head = o.heads;
+  config.context = o.context;
+  return config.num_params();
+}
+
+// The presets have the sizes their names promise; a flag given as well wins
+// and is checked against a resumed checkpoint like any given size.
+TEST(TrainerPresets, SizesFillWhatTheCommandLineLeftOut) {
+  const auto small = parse({"--preset", "gpt2-small-bytes"});
+  EXPECT_EQ(small.layers, 12);
+  EXPECT_EQ(small.width, 768);
+  EXPECT_EQ(small.heads, 12);
+  EXPECT_EQ(small.context, 1024);
+  EXPECT_NEAR(static_cast<double>(parameters_of(small)), 86.0e6, 0.1e6);
+  EXPECT_TRUE(small.was_given("width"));
+  EXPECT_TRUE(fsdp_train::check_options(small, 1, nullptr).empty());
+
+  const auto big = parse({"--preset", "gpt-1b"});
+  EXPECT_NEAR(static_cast<double>(parameters_of(big)), 1.01e9, 0.01e9);
+
+  const auto shorter = parse({"--preset", "gpt2-small-bytes", "--context", "256"});
+  EXPECT_EQ(shorter.context, 256);
+  EXPECT_EQ(shorter.layers, 12);
+
+  const auto unknown = parse({"--preset", "gpt-7b"});
+  const auto errors = fsdp_train::check_options(unknown, 1, nullptr);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("--preset 'gpt-7b' is not a preset; pick one of: gpt2-small-bytes, "
+                           "gpt-1b"),
+            std::string::npos)
+      << errors[0];
+  EXPECT_NE(fsdp_train::describe_model_presets().find("gpt2-small-bytes  12 x 768, 12 heads"),
+            std::string::npos);
+}
+
+TEST(TrainerDevice, ValuesAndCombinationsAreCheckedWithTheFix) {
+  EXPECT_TRUE(fsdp_train::check_options(parse({"--device", "cpu"}), 1, nullptr).empty());
+  const auto tpu = fsdp_train::check_options(parse({"--device", "tpu"}), 1, nullptr);
+  ASSERT_EQ(tpu.size(), 1u);
+  EXPECT_EQ(tpu[0], "--device 'tpu' is not one of: cpu, cuda");
+  const auto deferred =
+      fsdp_train::check_options(parse({"--device", "cuda", "--deferred-init"}), 1, nullptr);
+  ASSERT_EQ(deferred.size(), 1u);
+  EXPECT_NE(deferred[0].find("--deferred-init builds on the CPU"), std::string::npos);
+  EXPECT_EQ(fsdp_train::training_backend(parse({"--device", "cuda"})), fsdp::CommBackend::kNccl);
+  EXPECT_EQ(fsdp_train::training_backend(parse({})), fsdp::CommBackend::kGloo);
+  EXPECT_TRUE(fsdp_train::select_training_device(parse({}), 3).is_cpu());
+  EXPECT_EQ(fsdp_train::check_device(parse({}), 64), "");  // the CPU needs nothing
+}
+
+// Where this build has no CUDA, --device cuda is refused naming the fix;
+// with CUDA, more ranks than GPUs are.
+TEST(TrainerDevice, CudaIsRefusedWhereItCannotRun) {
+  const auto cuda = parse({"--device", "cuda"});
+#if defined(FSDP_WITH_NCCL)
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  const std::string error = fsdp_train::check_device(cuda, gpus + 1);
+  EXPECT_NE(error.find("has " + std::to_string(gpus) + " GPU"), std::string::npos) << error;
+  EXPECT_NE(error.find("fsdp-run --nproc-per-node"), std::string::npos) << error;
+#else
+  EXPECT_EQ(fsdp_train::check_device(cuda, 1),
+            "--device cuda: this fsdp-train was built against a LibTorch without CUDA; build it "
+            "against a CUDA LibTorch (docs/gpu.md), or pass --device cpu");
+#endif
 }
 
 // [Note: the memory check before building the model]: the bound grows with

@@ -20,8 +20,11 @@ std::string generate(fsdp::Sharded<fsdp::models::GPT>& model, const GenerateOpti
     const int64_t window = std::min<int64_t>(static_cast<int64_t>(tokens.size()), options.context);
     at::Tensor input =
         at::tensor(std::vector<int64_t>(tokens.end() - window, tokens.end()), at::kLong)
-            .view({1, window});
-    at::Tensor logits = model->forward(input).select(1, window - 1).squeeze(0).to(at::kFloat);
+            .view({1, window})
+            .to(options.device);
+    // Sampled on the CPU with a CPU generator: the same bytes on any device.
+    at::Tensor logits =
+        model->forward(input).select(1, window - 1).squeeze(0).to(at::kFloat).cpu();
     int64_t next = 0;
     if (options.temperature <= 0) {
       next = logits.argmax().item<int64_t>();

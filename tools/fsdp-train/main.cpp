@@ -40,6 +40,7 @@
 #include "run_dir.h"
 #include "train_options.h"
 #include "trainer.h"
+#include "training_device.h"
 
 namespace {
 
@@ -110,6 +111,9 @@ bool check_memory(const TrainSetup& setup, int ranks_on_node, std::vector<std::s
   }
   // [Note: the memory check before building the model]
   if (!errors.empty()) return true;  // the batch layout it needs may be invalid
+  // On a GPU the training state lives in GPU memory, which this host check
+  // does not see; the caching allocator's out-of-memory error names it.
+  if (setup.options.device == "cuda") return true;
   if (std::string e = fsdp_train::check_fits_in_memory(setup.options, setup.layout, ranks_on_node,
                                                        available,
                                                        fsdp_train::rank_memory_limit_bytes());
@@ -126,6 +130,9 @@ std::vector<std::string> check_inputs(TrainSetup& setup, int world_size, int ran
   std::vector<std::string> errors;
   adopt_resume_checkpoint(setup, errors);
   for (auto& e : fsdp_train::check_options(setup.options, world_size, &setup.layout)) {
+    errors.push_back(std::move(e));
+  }
+  if (std::string e = fsdp_train::check_device(setup.options, ranks_on_node); !e.empty()) {
     errors.push_back(std::move(e));
   }
   if (!check_memory(setup, ranks_on_node, errors)) return errors;
@@ -152,6 +159,7 @@ int report_bad_input(const std::vector<std::string>& errors) {
 int train_in_world(TrainSetup& setup, bool distributed, const fsdp::LaunchEnv& env) {
   try {
     fsdp::GroupOptions group_options;
+    group_options.backend = fsdp_train::training_backend(setup.options);
     if (setup.options.timeout > 0) {
       group_options.timeout = std::chrono::milliseconds(
           std::max<int64_t>(1, std::llround(setup.options.timeout * 1000)));
@@ -199,5 +207,7 @@ int main(int argc, char** argv) {
 
   setup.threads = threads_per_rank(distributed ? env.local_world_size : 1);
   at::set_num_threads(setup.threads);
+  setup.device =
+      fsdp_train::select_training_device(setup.options, distributed ? env.local_rank : 0);
   return train_in_world(setup, distributed, env);
 }

@@ -46,6 +46,10 @@ std::string StepRecord::to_json_line() const {
   integers("peak_gathered_param_bytes", peak_gathered_param_bytes);
   integers("peak_tensor_bytes", peak_tensor_bytes);
   integers("peak_resident_bytes", peak_resident_bytes);
+  if (!peak_device_allocated_bytes.empty()) {
+    integers("peak_device_allocated_bytes", peak_device_allocated_bytes);
+    integers("peak_device_reserved_bytes", peak_device_reserved_bytes);
+  }
   if (val_loss) number("val_loss", *val_loss);
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());
@@ -81,6 +85,8 @@ std::optional<StepRecord> StepRecord::from_json_line(const std::string& line) {
   r.peak_gathered_param_bytes = integers("peak_gathered_param_bytes");
   r.peak_tensor_bytes = integers("peak_tensor_bytes");
   r.peak_resident_bytes = integers("peak_resident_bytes");
+  r.peak_device_allocated_bytes = integers("peak_device_allocated_bytes");
+  r.peak_device_reserved_bytes = integers("peak_device_reserved_bytes");
   if (j.HasMember("val_loss") && j["val_loss"].IsNumber()) r.val_loss = j["val_loss"].GetDouble();
   return r;
 }

@@ -10,7 +10,9 @@
 //
 // peak_tensor_bytes is each rank's peak during this step; peak_resident_bytes
 // its high-water mark since it started ([Note: what the trainer's memory
-// figures cover] in peak_memory.h).
+// figures cover] in peak_memory.h). With --device cuda, also
+// peak_device_allocated_bytes and peak_device_reserved_bytes: the CUDA
+// caching allocator's peaks during this step.
 //
 // `loss` is the mean over the whole global batch, written with full
 // precision, so runs can be compared bit for bit.
@@ -35,6 +37,8 @@ struct StepRecord {
   std::vector<int64_t> peak_gathered_param_bytes;  // per rank, during this step
   std::vector<int64_t> peak_tensor_bytes;          // per rank, during this step
   std::vector<int64_t> peak_resident_bytes;        // per rank, since it started
+  std::vector<int64_t> peak_device_allocated_bytes;  // per rank, this step; CUDA only
+  std::vector<int64_t> peak_device_reserved_bytes;   // per rank, this step; CUDA only
   std::optional<double> val_loss;
 
   // One line of metrics.jsonl (a JSON object, no newline).

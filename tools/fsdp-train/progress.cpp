@@ -39,11 +39,16 @@ void Progress::step(const StepRecord& r, double eta_s, bool last) {
                    r.step % config_.log_every == 0;
   if (!due) return;
   const int width = static_cast<int>(fmt::format("{}", config_.total_steps).size());
-  const std::string line = fmt::format(
+  std::string line = fmt::format(
       "step {:>{}}/{}  loss {:.4f}  lr {:.1e}  {} tok/s  ETA {}  shard/rank {}  peak gathered {}",
       r.step, width, config_.total_steps, r.loss, r.lr, human_count(r.tokens_per_s),
       last ? "0s" : human_duration(eta_s), per_rank_bytes(r.sharded_param_bytes),
       per_rank_bytes(r.peak_gathered_param_bytes));
+  if (!r.peak_device_allocated_bytes.empty()) {
+    line += fmt::format("  cuda peak {} (reserved {})",
+                        per_rank_bytes(r.peak_device_allocated_bytes),
+                        per_rank_bytes(r.peak_device_reserved_bytes));
+  }
   printed_any_ = true;
   if (config_.terminal) {
     std::printf("\r%s\x1b[K", line.c_str());

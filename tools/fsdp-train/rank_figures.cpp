@@ -7,9 +7,13 @@ namespace fsdp_train {
 std::vector<std::vector<int64_t>> gather_per_rank(fsdp::ProcessGroup& group,
                                                   const std::vector<int64_t>& mine) {
   const int64_t n = static_cast<int64_t>(mine.size());
-  at::Tensor in = at::tensor(at::ArrayRef<int64_t>(mine), at::kLong);
-  at::Tensor all = at::empty({group.size() * n}, at::kLong);
+  // NCCL moves only CUDA tensors, Gloo only CPU ones.
+  const at::Device device(group.options().backend == fsdp::CommBackend::kNccl ? at::kCUDA
+                                                                              : at::kCPU);
+  at::Tensor in = at::tensor(at::ArrayRef<int64_t>(mine), at::kLong).to(device);
+  at::Tensor all = at::empty({group.size() * n}, in.options());
   group.all_gather(all, in)->wait();
+  all = all.cpu();
   const int64_t* values = all.data_ptr<int64_t>();
   std::vector<std::vector<int64_t>> out(mine.size());
   for (int r = 0; r < group.size(); ++r) {

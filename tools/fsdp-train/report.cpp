@@ -15,9 +15,12 @@ void print_header(const RunHeader& h) {
              "parameters ({})\n",
              o.layers, o.width, o.heads, o.context, static_cast<double>(h.num_params) / 1e6,
              human_bytes(h.unsharded_param_bytes));
-  fmt::print("  ranks     {} ({}), {} thread{} each; strategy {}, {}, prefetch {}, offload {}, "
+  const std::string where = o.device == "cuda"
+                                ? std::string("one GPU (NCCL)")
+                                : fmt::format("{} thread{}", h.threads, h.threads == 1 ? "" : "s");
+  fmt::print("  ranks     {} ({}), {} each; strategy {}, {}, prefetch {}, offload {}, "
              "activation checkpointing {}{}\n",
-             b.world_size, h.launcher, h.threads, h.threads == 1 ? "" : "s", o.strategy,
+             b.world_size, h.launcher, where, o.strategy,
              o.mixed_precision, o.no_prefetch ? "off" : "on", o.offload ? "on" : "off",
              o.activation_checkpointing, o.deferred_init ? ", deferred init" : "");
   if (o.compress_weights != "none" || o.compress_grads != "none") {
@@ -82,8 +85,17 @@ void print_summary(const RunSummary& s) {
                human_bytes(m.optimizer_state), human_bytes(m.peak_gathered),
                human_bytes(m.peak_tensors), human_bytes(m.peak_resident));
   }
-  fmt::print("  (the whole model unsharded: {} of parameters)\n\n",
+  fmt::print("  (the whole model unsharded: {} of parameters)\n",
              human_bytes(s.unsharded_param_bytes));
+  if (s.on_cuda) {
+    // The caching allocator's peaks over the run (torch.cuda.max_memory_*).
+    fmt::print("\n  {:>4}  {:>20}  {:>19}\n", "rank", "peak CUDA allocated", "peak CUDA reserved");
+    for (size_t r = 0; r < s.ranks.size(); ++r) {
+      fmt::print("  {:>4}  {:>20}  {:>19}\n", r, human_bytes(s.ranks[r].peak_device_allocated),
+                 human_bytes(s.ranks[r].peak_device_reserved));
+    }
+  }
+  fmt::print("\n");
   fmt::print("Outputs\n");
   fmt::print("  run dir     {}\n", s.run_dir);
   fmt::print("  metrics     {}\n", s.metrics);

@@ -39,6 +39,8 @@ struct RankMemory {
   int64_t peak_gathered = 0;  // most gathered parameter bytes at once, over the run
   int64_t peak_tensors = 0;   // most tensor bytes at once in a step, over the run
   int64_t peak_resident = 0;  // VmHWM: the process's resident high-water mark
+  int64_t peak_device_allocated = 0;  // --device cuda: the caching allocator's peaks
+  int64_t peak_device_reserved = 0;
 };
 
 struct RunSummary {
@@ -53,6 +55,7 @@ struct RunSummary {
   double mean_tokens_per_s = 0;
   int64_t unsharded_param_bytes = 0;
   std::vector<RankMemory> ranks;
+  bool on_cuda = false;  // --device cuda: the ranks' CUDA peaks are shown
   std::string run_dir;
   std::string metrics;
   std::string plot;        // the PNG, or "" when it could not be drawn

@@ -16,6 +16,8 @@
 
 #include "cli_help_format.h"
 #include "cli_integer_check.h"
+#include "model_presets.h"
+#include "training_device.h"
 
 namespace fsdp_train {
 namespace {
@@ -40,6 +42,8 @@ EXAMPLES
   fsdp-train --steps 200                                  # one rank
   fsdp-run --standalone --nproc-per-node 2 -- fsdp-train  # the demo
   fsdp-train --resume runs/20240101-120000 --steps 1000   # continue a run
+  fsdp-run --standalone --nproc-per-node 8 -- fsdp-train --device cuda \
+      --preset gpt2-small-bytes --mixed-precision bf16     # 8 GPUs, one rank each
 )";
 
 // Registers an option and remembers it, so we can tell which were given.
@@ -72,6 +76,9 @@ void add_model_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
           ->capture_default_str());
   rec(model->add_option("--context", o.context, "bytes per training window")
           ->capture_default_str());
+  rec(model->add_option("--preset", o.preset,
+                        "a named size (see PRESETS below); --layers, --width, --heads or "
+                        "--context given as well win over it"));
 }
 
 void add_data_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
@@ -115,6 +122,10 @@ void add_optimizer_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) 
 
 void add_fsdp_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   auto* fsdp = app.add_option_group("FSDP");
+  rec(fsdp->add_option("--device", o.device,
+                       "cpu | cuda: cuda puts each rank on the GPU its LOCAL_RANK names and "
+                       "communicates with NCCL (a CUDA build of LibTorch; one rank per GPU)")
+          ->capture_default_str());
   rec(fsdp->add_option("--strategy", o.strategy,
                        "full (ZeRO-3) | grad-op (ZeRO-2) | none (DDP-like) | hybrid (full within "
                        "each node of LOCAL_WORLD_SIZE ranks, replicated across nodes)")
@@ -202,7 +213,7 @@ void add_output_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
 ParseResult parse_train_options(int argc, char** argv) {
   TrainOptions o;
   CLI::App app(kDescription, "fsdp-train");
-  app.footer(kFooter);
+  app.footer("PRESETS (--preset)\n" + describe_model_presets() + "\n" + kFooter);
   auto formatter = std::make_shared<fsdp::tools::HelpFormatter>();
   formatter->column_width(34);
   app.formatter(formatter);
@@ -227,6 +238,7 @@ ParseResult parse_train_options(int argc, char** argv) {
   for (const CLI::Option* option : all) {
     if (option->count() > 0) o.given.insert(long_name(option));
   }
+  apply_model_preset(o);
   // A short run still gets to its peak learning rate.
   if (!o.was_given("warmup") && o.steps > 0) o.warmup = std::min<int64_t>(o.warmup, std::max<int64_t>(1, o.steps / 10));
   return {std::move(o), 0};
@@ -349,6 +361,8 @@ void validate_options(const TrainOptions& o, std::vector<std::string>& errors) {
   validate_sampling_and_output(o, errors);
   validate_choices(o, errors);
   validate_compression(o, errors);
+  validate_device(o, errors);
+  validate_preset(o, errors);
 }
 
 // Every rank takes an equal, non-empty slice of the global batch: "" when

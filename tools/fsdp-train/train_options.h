@@ -25,6 +25,7 @@ struct TrainOptions {
   int64_t width = 128;    // d_model
   int64_t heads = 4;      // attention heads; must divide width
   int64_t context = 128;  // bytes per training window (and generation window)
+  std::string preset;     // "" or a model_presets() name: the four sizes above, unless given
 
   // Data and batch.
   std::string data;        // text file; "" = every plain-text file of kFortunesDir
@@ -42,7 +43,8 @@ struct TrainOptions {
   double time_budget = 0;  // seconds of training; 0 = none
   uint64_t seed = 1337;
 
-  // FSDP.
+  // Where and how it runs.
+  std::string device = "cpu";             // cpu | cuda (training_device.h)
   std::string strategy = "full";          // full | grad-op | none | hybrid
   std::string mixed_precision = "fp32";   // fp32 | bf16
   bool offload = false;

@@ -39,6 +39,7 @@
 #include "resume_config.h"
 #include "run_dir.h"
 #include "run_dir_lock.h"
+#include "training_device.h"
 
 namespace fsdp_train {
 namespace {
@@ -116,6 +117,10 @@ class Trainer {
   void report(const LoopOutcome& loop, std::vector<RankMemory> memory,
               const std::string& final_dir, const std::string& sample);
   std::string write_sample(const std::string& sample) const;
+  // Small tensors for the trainer's own collectives: on the GPU with NCCL.
+  at::TensorOptions collective_options(at::ScalarType dtype) const {
+    return at::TensorOptions().dtype(dtype).device(s_.device);
+  }
 
   TrainSetup& s_;
   const TrainOptions& o_;
@@ -136,6 +141,7 @@ class Trainer {
   int64_t run_peak_gathered_ = 0;
   StepPeakMemory step_memory_;  // installed before the model is built
   int64_t run_peak_tensors_ = 0;
+  DevicePeakMemory run_peak_device_;  // --device cuda: the allocator's peaks over the run
 };
 
 // Every collective below runs on every rank in the same order; only what
@@ -178,9 +184,13 @@ void Trainer::build_model() {
       .strategy(sharding_strategy(o_))
       .mp(mixed_precision_policy(o_))
       .compression(comm_compression(o_))
-      .offload(fsdp::OffloadPolicy().offload_params(o_.offload).pin_memory(false))
+      .offload(fsdp::OffloadPolicy().offload_params(o_.offload).pin_memory(s_.device.is_cuda()))
       .prefetch(!o_.no_prefetch);
-  model_.emplace(fsdp::fully_shard(GPT(config), options));
+  GPT gpt(config);
+  // Initialized on the CPU from the seed, then moved: the same initial
+  // weights on every device (deferred init is refused with CUDA: validate_device).
+  if (!s_.device.is_cpu()) gpt->to(s_.device);
+  model_.emplace(fsdp::fully_shard(std::move(gpt), options));
   model_->get()->train();
   optimizer_ = make_optimizer(*model_, o_);  // after sharding: over the shards
 }
@@ -287,6 +297,7 @@ LoopOutcome Trainer::train_loop(Progress& progress) {
 AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) {
   fsdp::reset_peak_memory_stats(**model_);
   step_memory_.start_step();
+  reset_device_peak_memory(s_.device);
   const double local_loss = train_step(step);
   AgreedStep agreed;
   agreed.grad_norm = fsdp::clip_grad_norm_(
@@ -296,7 +307,8 @@ AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) 
   // One all-reduce carries the global mean loss and the stop decision, so
   // every rank stops after the same step (clocks differ between ranks).
   const bool over_budget = o_.time_budget > 0 && seconds_since(train_start) >= o_.time_budget;
-  at::Tensor sums = at::tensor({local_loss, over_budget ? 1.0 : 0.0}, at::kDouble);
+  at::Tensor sums = at::tensor({local_loss, over_budget ? 1.0 : 0.0}, at::kDouble)
+                        .to(collective_options(at::kDouble));
   world_.all_reduce(sums, fsdp::ReduceOp::kSum)->wait();
   agreed.loss = sums[0].item<double>() / world_.size();
   agreed.over_budget = sums[1].item<double>() > 0;
@@ -319,8 +331,8 @@ double Trainer::train_step(int64_t step) {
     if (m + 1 < b.grad_accum) no_sync.emplace(*model);
     const Batch batch = sampler_.rows(Split::kTrain, step, first_row + m * b.micro_batch,
                                       b.micro_batch);
-    at::Tensor logits = model->forward(batch.inputs).to(at::kFloat);
-    at::Tensor loss = fsdp::models::lm_loss(logits, batch.targets);
+    at::Tensor logits = model->forward(batch.inputs.to(s_.device)).to(at::kFloat);
+    at::Tensor loss = fsdp::models::lm_loss(logits, batch.targets.to(s_.device));
     (loss / static_cast<double>(b.grad_accum)).backward();
     loss_sum += loss.item<double>();
   }
@@ -336,7 +348,11 @@ StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
   run_peak_gathered_ = std::max(run_peak_gathered_, peak);
   const int64_t tensors = step_memory_.step_peak_tensor_bytes();
   run_peak_tensors_ = std::max(run_peak_tensors_, tensors);
-  const auto per_rank = gather_per_rank(world_, {peak, tensors, peak_resident_bytes()});
+  const DevicePeakMemory device = device_peak_memory(s_.device);
+  run_peak_device_.allocated = std::max(run_peak_device_.allocated, device.allocated);
+  run_peak_device_.reserved = std::max(run_peak_device_.reserved, device.reserved);
+  const auto per_rank = gather_per_rank(
+      world_, {peak, tensors, peak_resident_bytes(), device.allocated, device.reserved});
   recent_step_s_ = recent_step_s_ == 0 ? step_s : 0.9 * recent_step_s_ + 0.1 * step_s;
 
   StepRecord record;
@@ -350,6 +366,10 @@ StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
   record.peak_gathered_param_bytes = per_rank[0];
   record.peak_tensor_bytes = per_rank[1];
   record.peak_resident_bytes = per_rank[2];
+  if (s_.device.is_cuda()) {
+    record.peak_device_allocated_bytes = per_rank[3];
+    record.peak_device_reserved_bytes = per_rank[4];
+  }
   return record;
 }
 
@@ -386,13 +406,13 @@ double Trainer::evaluate() {
     for (int64_t m = 0; m < b.grad_accum; ++m) {
       const Batch batch = sampler_.rows(Split::kVal, i, first_row + m * b.micro_batch,
                                         b.micro_batch);
-      sum += fsdp::models::lm_loss(model->forward(batch.inputs).to(at::kFloat), batch.targets)
-                 .item<double>();
+      const at::Tensor logits = model->forward(batch.inputs.to(s_.device)).to(at::kFloat);
+      sum += fsdp::models::lm_loss(logits, batch.targets.to(s_.device)).item<double>();
     }
   }
   model->train();
   at::Tensor total = at::full({1}, sum / static_cast<double>(o_.eval_batches * b.grad_accum),
-                              at::kDouble);
+                              collective_options(at::kDouble));
   world_.all_reduce(total, fsdp::ReduceOp::kSum)->wait();
   return total.item<double>() / world_.size();
 }
@@ -419,6 +439,7 @@ std::string Trainer::sample_text() {
   g.temperature = o_.temperature;
   g.seed = o_.seed;
   g.context = o_.context;
+  g.device = s_.device;
   return generate(*model_, g);
 }
 
@@ -435,9 +456,12 @@ std::vector<RankMemory> Trainer::gather_rank_memory() {
   const auto peaks = gather(run_peak_gathered_);
   const auto tensors = gather(run_peak_tensors_);
   const auto resident = gather(peak_resident_bytes());
+  const auto device_allocated = gather(run_peak_device_.allocated);
+  const auto device_reserved = gather(run_peak_device_.reserved);
   std::vector<RankMemory> ranks;
   for (size_t r = 0; r < params.size(); ++r) {
-    ranks.push_back(RankMemory{params[r], grads[r], optim[r], peaks[r], tensors[r], resident[r]});
+    ranks.push_back(RankMemory{params[r], grads[r], optim[r], peaks[r], tensors[r], resident[r],
+                               device_allocated[r], device_reserved[r]});
   }
   return ranks;
 }
@@ -461,6 +485,7 @@ void Trainer::report(const LoopOutcome& loop, std::vector<RankMemory> memory,
           : 0;
   summary.unsharded_param_bytes = fsdp::memory_stats(**model_).unsharded_param_bytes;
   summary.ranks = std::move(memory);
+  summary.on_cuda = s_.device.is_cuda();
   summary.run_dir = run_dir_;
   summary.metrics = metrics_->path();
   summary.checkpoint = final_dir;

@@ -18,7 +18,8 @@ namespace fsdp_train {
 struct TrainSetup {
   TrainOptions options;
   BatchLayout layout;
-  fsdp::ProcessGroupPtr world;
+  fsdp::ProcessGroupPtr world;  // Gloo on the CPU, NCCL with --device cuda
+  c10::Device device = c10::kCPU;  // where this rank computes (training_device.h)
   std::string launcher;     // "standalone", "torchrun", "openmpi" or "slurm"
   int threads = 1;          // intra-op threads of this rank
   ByteCorpus corpus;

@@ -1,0 +1,84 @@
+#include "training_device.h"
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#if defined(FSDP_WITH_NCCL)  // a CUDA build of LibTorch: its CUDA headers are there
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace fsdp_train {
+
+void validate_device(const TrainOptions& o, std::vector<std::string>& errors) {
+  if (o.device != "cpu" && o.device != "cuda") {
+    errors.push_back(fmt::format("--device '{}' is not one of: cpu, cuda", o.device));
+  }
+  if (o.device == "cuda" && o.deferred_init) {
+    // Deferred init materializes each module on the CPU; on a GPU the whole
+    // model is built on the host and moved, which any GPU that trains it
+    // affords (a 1 B model: 4 GiB of host memory, once).
+    errors.push_back("--deferred-init builds on the CPU and cannot be combined with --device "
+                     "cuda yet; leave out --deferred-init (the model is built on the host once, "
+                     "then moved to the GPU)");
+  }
+}
+
+std::string check_device(const TrainOptions& o, int local_world_size) {
+  if (o.device != "cuda") return "";
+#if !defined(FSDP_WITH_NCCL)
+  (void)local_world_size;
+  return "--device cuda: this fsdp-train was built against a LibTorch without CUDA; build it "
+         "against a CUDA LibTorch (docs/gpu.md), or pass --device cpu";
+#else
+  const auto gpus = static_cast<int>(torch::cuda::device_count());
+  if (!torch::cuda::is_available() || gpus == 0) {
+    return "--device cuda: no CUDA GPU is visible to this process (check nvidia-smi and "
+           "CUDA_VISIBLE_DEVICES), or pass --device cpu";
+  }
+  if (local_world_size > gpus) {
+    return fmt::format(
+        "--device cuda: this node runs {} ranks but has {} GPU{}, and each rank needs a GPU of "
+        "its own (NCCL cannot put two ranks on one); run at most {} rank{} per node "
+        "(fsdp-run --nproc-per-node {})",
+        local_world_size, gpus, gpus == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s", gpus);
+  }
+  return "";
+#endif
+}
+
+c10::Device select_training_device(const TrainOptions& o, int local_rank) {
+  if (o.device != "cuda") return c10::Device(c10::kCPU);
+  const c10::Device gpu(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  // [Note: one GPU per rank, chosen by LOCAL_RANK]
+  c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(gpu);
+  return gpu;
+}
+
+fsdp::CommBackend training_backend(const TrainOptions& o) {
+  return o.device == "cuda" ? fsdp::CommBackend::kNccl : fsdp::CommBackend::kGloo;
+}
+
+void reset_device_peak_memory(const c10::Device& device) {
+#if defined(FSDP_WITH_NCCL)
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#else
+  (void)device;
+#endif
+}
+
+DevicePeakMemory device_peak_memory(const c10::Device& device) {
+  DevicePeakMemory peak;
+#if defined(FSDP_WITH_NCCL)
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    peak.allocated = stats.allocated_bytes[0].peak;  // [0]: the aggregate over both pools
+    peak.reserved = stats.reserved_bytes[0].peak;
+  }
+#else
+  (void)device;
+#endif
+  return peak;
+}
+
+}  // namespace fsdp_train

@@ -5,7 +5,9 @@
 #      dependencies in .gpudeps (made here by scripts/gpu-deps.sh);
 #   2. run the GPU tests (label "gpu": NCCL at world size 1, FSDP on CUDA
 #      with fp32, bf16 and pinned CPU offload, fsdp-train --device cuda
-#      against the same run on the CPU), then fsdp-train on the 86 M preset;
+#      against the same run on the CPU), then fsdp-train on the 86 M preset,
+#      and libfsdp against FSDP2 (bench/peers/head_to_head.py): the 86 M and
+#      1 B presets in bf16 and 96 tiny units;
 #   3. run the CPU test suite under LibTorch 2.x (Gloo);
 #   4. run the overhead and comm benchmarks.
 # Writes gpu-check.log (and the ctest logs) to $OUT.
@@ -40,6 +42,12 @@ echo "== fsdp-train --device cuda, gpt2-small-bytes, bf16 =="
 timeout 240 bin/fsdp-train --device cuda --preset gpt2-small-bytes --mixed-precision bf16 \
   --batch 8 --steps 30 --warmup 5 --eval-every 0 --sample-bytes 0 --log-every 5 \
   --data ../tests/data/corpus.txt --run-dir "$OUT/train-gpt2-small-bytes" 2>&1 | tail -25
+echo "== libfsdp against FSDP2 on this GPU (bench/peers/head_to_head.py) =="
+h2h() { timeout 240 python3 ../bench/peers/head_to_head.py --bin bin --device cuda \
+          --data ../tests/data/corpus.txt --work "$OUT/h2h-$1" "${@:2}" 2>&1 | tail -12; }
+h2h gpt2-small --preset gpt2-small-bytes --batch 8 --mixed-precision bf16 --rounds 3 --steps 12
+h2h gpt-1b --preset gpt-1b --batch 4 --mixed-precision bf16 --rounds 2 --steps 8
+h2h tiny-units --layers 96 --width 64 --heads 2 --context 64 --batch 8 --rounds 3 --steps 12
 echo "== CPU suite under LibTorch 2.x =="
 OMP_NUM_THREADS=1 ctest -LE gpu -j 12 --timeout 300 > "$OUT/ctest-cpu.log" 2>&1
 grep -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Timeout|Not Run" "$OUT/ctest-cpu.log" | head -60

@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""fsdp-train's peer under PyTorch FSDP2: the same byte-level GPT, the same
+initial weights, the same batches, the same AdamW and schedule, sharded with
+torch.distributed.fsdp.fully_shard (each block a unit, then the root), so a
+benchmark compares the two frameworks and nothing else.
+
+  fsdp-run --standalone --nproc-per-node 2 -- python3 bench/peers/fsdp2_gpt.py \\
+      --data tests/data/corpus.txt --layers 2 --width 32 --heads 2 --context 32 \\
+      --batch 8 --steps 5 --device cpu --strategy grad-op --metrics peer.jsonl
+
+Under any launcher that sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+MASTER_PORT (fsdp-run, torchrun); alone it runs as world size 1.
+--device cuda puts each rank on the GPU LOCAL_RANK names and uses NCCL;
+--device cpu uses Gloo. bench/peers/head_to_head.py runs it against
+fsdp-train, alternately, and prints the comparison.
+
+What "the same" rests on (each checked by tests/test_fsdp2_peer.cpp, which
+compares the step losses with fsdp-train's):
+  - the model (models/gpt.cpp): modules built in the same order, so the same
+    random draws, then every matrix redrawn N(0, 0.02), vectors zeroed,
+    LayerNorm weights one; pre-LN blocks, exact GELU, a tied head;
+  - the batches (tools/fsdp-train/corpus.cpp): row r of step s starts at
+    splitmix64 of (seed, split, s, r) modulo (bytes - context); rank k of N
+    trains rows [k B/N, (k+1) B/N);
+  - the optimizer (tools/fsdp-train/gpt_setup.cpp, lr_schedule.cpp): AdamW
+    with betas (0.9, 0.95), eps 1e-8, weight decay on the non-norm weights
+    only, linear warmup then cosine decay, the global gradient norm clipped.
+Initial weights match bit for bit only where this torch and fsdp-train's
+LibTorch are the same release (their random kernels change between them).
+
+Writes one JSON object per step to --metrics (rank 0), with fsdp-train's
+metrics.jsonl names: step, loss, ms, tokens_per_s, and for CUDA
+peak_device_allocated_bytes / peak_device_reserved_bytes (per rank).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+MASK64 = (1 << 64) - 1
+PRESETS = {  # tools/fsdp-train/model_presets.cpp
+    "gpt2-small-bytes": dict(layers=12, width=768, heads=12, context=1024),
+    "gpt-1b": dict(layers=20, width=2048, heads=16, context=1024),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--data", required=True, help="text file (90%% train, last 10%% validation)")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="a named size; size flags win")
+    p.add_argument("--layers", type=int, help="transformer blocks (default 4, as fsdp-train)")
+    p.add_argument("--width", type=int, help="d_model (default 128)")
+    p.add_argument("--heads", type=int, help="attention heads (default 4)")
+    p.add_argument("--context", type=int, help="bytes per window (default 128)")
+    p.add_argument("--batch", type=int, default=32, help="global batch (sequences per step)")
+    p.add_argument("--steps", type=int, default=20, help="optimizer steps; the schedule spans them")
+    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    p.add_argument("--min-lr", type=float, default=3e-4, help="where the cosine decay ends")
+    p.add_argument("--warmup", type=int, help="default: 50, or steps/10 if smaller")
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--clip", type=float, default=1.0, help="0 turns clipping off")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--mixed-precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--strategy", choices=["full", "grad-op"], default="full",
+                   help="full: reshard after forward (ZeRO-3, fsdp-train's full); grad-op: keep "
+                        "the gathered parameters until backward (ZeRO-2, fsdp-train's grad-op)")
+    p.add_argument("--activation-checkpointing", choices=["none", "all"], default="none")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--metrics", help="JSON lines, one per step (rank 0)")
+    a = p.parse_args(argv)
+    sizes = dict(layers=4, width=128, heads=4, context=128)  # fsdp-train's defaults
+    sizes.update(PRESETS.get(a.preset, {}))
+    for name, value in sizes.items():
+        if getattr(a, name) is None:
+            setattr(a, name, value)
+    if a.warmup is None:
+        a.warmup = min(50, max(1, a.steps // 10))
+    if a.device == "cpu" and a.strategy == "full" and torch_release() < (2, 7):
+        # [Note: FSDP2's full resharding on the CPU]
+        # Under torch 2.6 the backward re-gather writes the parameters in
+        # place and bumps the version of the weights autograd saved in
+        # forward, so backward fails ("modified by an inplace operation",
+        # AddmmBackward0). grad-op keeps them gathered and runs.
+        p.error(f"--strategy full does not run on the CPU under torch {torch.__version__}: FSDP2's "
+                "backward re-gather invalidates the weights autograd saved; pass --strategy "
+                "grad-op (and compare with fsdp-train --strategy grad-op), or run on CUDA")
+    return a
+
+
+def torch_release():
+    return tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+
+
+# ---- the batches: tools/fsdp-train/corpus.cpp -------------------------------
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+class Sampler:
+    def __init__(self, path, context, seed):
+        data = open(path, "rb").read()
+        split = int(len(data) * 0.9)
+        self.parts = {"train": data[:split], "val": data[split:]}
+        self.context, self.seed = context, seed
+
+    def start(self, split, index, row):
+        n = len(self.parts[split])
+        h = splitmix64(self.seed)
+        h = splitmix64(h ^ (0x7472 if split == "train" else 0x76616C))
+        h = splitmix64(h ^ (index & MASK64))
+        h = splitmix64(h ^ (row & MASK64))
+        return h % (n - self.context)
+
+    def rows(self, split, index, first_row, rows):
+        data, t = self.parts[split], self.context
+        windows = [data[s:s + t + 1] for s in
+                   (self.start(split, index, first_row + r) for r in range(rows))]
+        w = torch.tensor([list(x) for x in windows], dtype=torch.long)
+        return w[:, :t].contiguous(), w[:, 1:].contiguous()
+
+
+# ---- the model: models/gpt.cpp ---------------------------------------------
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, context):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.register_buffer("mask", torch.ones(context, context, dtype=torch.bool).triu(1))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        hd = c // self.heads
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, hd).permute(2, 0, 3, 1, 4)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = att.masked_fill(self.mask[:t, :t], float("-inf")).softmax(-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, context):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = Attention(d, heads, context)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.fc_proj = nn.Linear(4 * d, d)
+        self.recompute = False
+
+    def body(self, x):
+        h = x + self.attn(self.ln1(x))
+        return h + self.fc_proj(F.gelu(self.fc(self.ln2(h))))
+
+    def forward(self, x):
+        if self.recompute and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+            return checkpoint(self.body, x, use_reentrant=False)
+        return self.body(x)
+
+
+class GPT(nn.Module):
+    def __init__(self, layers, d, heads, context, vocab=256):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(context, d)
+        self.blocks = nn.ModuleList(Block(d, heads, context) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        with torch.no_grad():  # init_gpt_module, module by module in the same order
+            for module in list(self.modules())[1:]:
+                for name, p in module.named_parameters(recurse=False):
+                    if isinstance(module, nn.LayerNorm):
+                        p.fill_(1.0) if name == "weight" else p.zero_()
+                    elif p.dim() >= 2:
+                        p.normal_(0.0, 0.02)
+                    else:
+                        p.zero_()
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        x = self.wte(tokens) + self.wpe(torch.arange(t, device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.wte.weight)
+
+
+def parameter_count(a):
+    d = a.width
+    return 256 * d + a.context * d + a.layers * (12 * d * d + 13 * d) + 2 * d
+
+
+# ---- training ---------------------------------------------------------------
+
+def lr_at(a, step):
+    if a.warmup > 0 and step <= a.warmup:
+        return a.lr * step / a.warmup
+    decay = a.steps - a.warmup
+    if decay <= 0:
+        return a.lr
+    progress = min(max((step - a.warmup) / decay, 0.0), 1.0)
+    return a.min_lr + 0.5 * (a.lr - a.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model, a):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if name.endswith(".weight") and "ln" not in name else no_decay).append(p)
+    groups = [dict(params=decay, weight_decay=a.weight_decay),
+              dict(params=no_decay, weight_decay=0.0)]
+    return torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def make_fsdp2_run_on_cpu():
+    """FSDP2 orders its collectives with stream events; torch 2.6's CPU stream
+    has no record_event / wait_event (no-ops from torch 2.7 on, pytorch#145935).
+    Where they are missing, the same no-ops: CPU work runs in program order."""
+    stream = torch.cpu.Stream
+    if not hasattr(stream, "record_event"):
+        stream.record_event = lambda self, event=None: torch.cpu.Event()
+    if not hasattr(stream, "wait_event"):
+        stream.wait_event = lambda self, event: None
+
+
+def shard(model, a, device):
+    """fully_shard each block, then the root (embeddings, ln_f, the tied head)."""
+    if device.type == "cpu":
+        make_fsdp2_run_on_cpu()
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:  # torch 2.4 and 2.5 kept FSDP2 under _composable
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    mp = MixedPrecisionPolicy()
+    if a.mixed_precision == "bf16":
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        block.recompute = a.activation_checkpointing == "all"
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=a.strategy == "full")
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=a.strategy == "full")
+    return model
+
+
+def peak_resident_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def per_rank(value, device):
+    t = torch.tensor([value], dtype=torch.long, device=device)
+    out = torch.empty(dist.get_world_size(), dtype=torch.long, device=device)
+    dist.all_gather_into_tensor(out, t)
+    return out.tolist()
+
+
+def init_distributed(a):
+    # Debian's torch is built without libuv, which TCPStore asks for by default.
+    os.environ.setdefault("USE_LIBUV", "0")
+    alone = "RANK" not in os.environ
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if a.device == "cuda" else torch.device("cpu")
+    backend = "nccl" if a.device == "cuda" else "gloo"
+    if a.device == "cuda":
+        torch.cuda.set_device(device)
+    if alone:  # a world of one over an in-memory store, as fsdp-train alone
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    else:
+        dist.init_process_group(backend)
+    return device
+
+
+def threads_per_rank():
+    """fsdp-train's policy: ranks on one machine share its cores."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"])
+    return max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
+def train_step(model, optimizer, batch, a, step, device):
+    """One optimizer step as fsdp-train takes it; returns the global mean loss."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr_at(a, step)
+    optimizer.zero_grad(set_to_none=False)
+    inputs, targets = batch
+    logits = model(inputs.to(device)).float()
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.to(device).reshape(-1))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip if a.clip > 0 else math.inf)
+    optimizer.step()
+    total = loss.detach().double().reshape(1)
+    dist.all_reduce(total)
+    return total.item() / dist.get_world_size()
+
+
+def step_record(a, step, loss, seconds, device):
+    """The step's line of --metrics, with fsdp-train's names (collective)."""
+    record = dict(step=step, loss=loss, ms=1e3 * seconds,
+                  tokens_per_s=a.batch * a.context / seconds,
+                  peak_resident_bytes=per_rank(peak_resident_bytes(), device))
+    if device.type == "cuda":
+        record["peak_device_allocated_bytes"] = per_rank(
+            torch.cuda.max_memory_allocated(device), device)
+        record["peak_device_reserved_bytes"] = per_rank(
+            torch.cuda.max_memory_reserved(device), device)
+    return record
+
+
+def train(a):
+    torch.set_num_threads(threads_per_rank())
+    device = init_distributed(a)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if a.batch % world:
+        sys.exit(f"fsdp2_gpt: --batch {a.batch} is not divisible by the world size {world}")
+    torch.manual_seed(a.seed)
+    model = GPT(a.layers, a.width, a.heads, a.context).to(device)  # built on the CPU, then moved
+    shard(model, a, device)
+    optimizer = make_optimizer(model, a)
+    sampler = Sampler(a.data, a.context, a.seed)
+    per = a.batch // world
+    out = open(a.metrics, "w") if a.metrics and rank == 0 else None
+    if rank == 0:
+        print(f"fsdp2_gpt: GPT {a.layers}x{a.width}, {parameter_count(a) / 1e6:.2f} M parameters, "
+              f"{world} rank(s) on {device.type}, {a.mixed_precision}, torch {torch.__version__}",
+              flush=True)
+    for step in range(1, a.steps + 1):
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        batch = sampler.rows("train", step, rank * per, per)  # rank k's rows of the global batch
+        loss = train_step(model, optimizer, batch, a, step, device)
+        record = step_record(a, step, loss, time.perf_counter() - start, device)
+        if out:
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+        if rank == 0:
+            print(f"step {step}/{a.steps}  loss {loss:.4f}  {record['ms']:.1f} ms", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    train(parse_args())

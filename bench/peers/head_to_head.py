@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""libfsdp against PyTorch FSDP2 on the same machine, in the same run.
+
+Runs fsdp-train and its FSDP2 peer (fsdp2_gpt.py: the same GPT, initial
+weights, batches and optimizer) under fsdp-run, alternately (ABBA order, so
+a drift of the machine's speed hits both), --rounds times each, and prints
+for each: the median step time (steps after --skip, over every round),
+tokens/s, MFU (GPU), peak memory and the ratios libfsdp / FSDP2. It also
+checks that the two agree on the loss of the first steps (same initial
+weights and batches: within 1e-4 relative in fp32, 2e-2 in bf16) and exits 1
+when they do not.
+
+  python3 bench/peers/head_to_head.py --bin build/bin --device cuda \\
+      --preset gpt2-small-bytes --batch 8 --mixed-precision bf16 --rounds 3
+
+[Note: what the FLOPs count]
+A step is counted as 6 x parameters x tokens (forward and backward of every
+weight) plus the attention scores and their weighted sum: 12 x layers x
+context x width per token, as in PaLM's MFU (Chowdhery et al. 2022,
+appendix B). Activation recomputation is not counted: MFU measures useful
+work. The H200's peak is its dense bf16 tensor rate, 989.5 TFLOPS (NVIDIA's
+H200 datasheet lists 1,979 TFLOPS with 2:4 sparsity; dense is half);
+--peak-tflops gives another GPU's.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEER = os.path.join(HERE, "fsdp2_gpt.py")
+sys.path.insert(0, HERE)
+from fsdp2_gpt import PRESETS, parameter_count  # noqa: E402  the sizes both sides share
+
+H200_BF16_DENSE_TFLOPS = 989.5
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--bin", required=True, help="directory holding fsdp-run and fsdp-train")
+    p.add_argument("--work", default="head-to-head", help="run dirs and logs go here")
+    p.add_argument("--nproc", type=int, default=1, help="ranks (one GPU each with cuda)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=12, help="steps per run")
+    p.add_argument("--skip", type=int, default=2, help="first steps of a run left out of timing")
+    p.add_argument("--data", default=os.path.join(HERE, "..", "..", "tests", "data", "corpus.txt"))
+    p.add_argument("--preset", choices=sorted(PRESETS))
+    p.add_argument("--layers", type=int)
+    p.add_argument("--width", type=int)
+    p.add_argument("--heads", type=int)
+    p.add_argument("--context", type=int)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--strategy", choices=["full", "grad-op"], default="full")
+    p.add_argument("--mixed-precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--activation-checkpointing", choices=["none", "all"], default="none")
+    p.add_argument("--peak-tflops", type=float,
+                   help=f"the GPU's dense peak for MFU (default with cuda: H200 bf16, "
+                        f"{H200_BF16_DENSE_TFLOPS})")
+    a = p.parse_args(argv)
+    sizes = dict(layers=4, width=128, heads=4, context=128)
+    sizes.update(PRESETS.get(a.preset, {}))
+    for name, value in sizes.items():
+        if getattr(a, name) is None:
+            setattr(a, name, value)
+    if a.peak_tflops is None and a.device == "cuda":
+        a.peak_tflops = H200_BF16_DENSE_TFLOPS
+    if a.skip >= a.steps:
+        p.error(f"--skip {a.skip} leaves no step of --steps {a.steps} to time; "
+                "pass a smaller --skip")
+    return a
+
+
+def shared_flags(a):
+    return ["--data", a.data, "--layers", str(a.layers), "--width", str(a.width),
+            "--heads", str(a.heads), "--context", str(a.context), "--batch", str(a.batch),
+            "--steps", str(a.steps), "--mixed-precision", a.mixed_precision,
+            "--strategy", a.strategy, "--activation-checkpointing", a.activation_checkpointing,
+            "--device", a.device]
+
+
+def launch(a, worker, log):
+    command = [os.path.join(a.bin, "fsdp-run"), "--standalone", "--nproc-per-node", str(a.nproc),
+               "--"] + worker
+    with open(log, "w") as out:
+        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        sys.exit(f"head_to_head: `{' '.join(command)}` failed ({result.returncode}); "
+                 f"its output:\n{open(log).read()[-4000:]}")
+
+
+def run_libfsdp(a, tag):
+    run_dir = os.path.join(a.work, f"libfsdp-{tag}")
+    launch(a, [os.path.join(a.bin, "fsdp-train")] + shared_flags(a) +
+           ["--eval-every", "0", "--sample-bytes", "0", "--quiet", "--run-dir", run_dir],
+           os.path.join(a.work, f"libfsdp-{tag}.log"))
+    return read_lines(os.path.join(run_dir, "metrics.jsonl"))
+
+
+def run_fsdp2(a, tag):
+    metrics = os.path.join(a.work, f"fsdp2-{tag}.jsonl")
+    launch(a, [sys.executable, PEER] + shared_flags(a) + ["--metrics", metrics],
+           os.path.join(a.work, f"fsdp2-{tag}.log"))
+    return read_lines(metrics)
+
+
+def read_lines(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def step_flops(a):
+    tokens = a.batch * a.context
+    return 6 * parameter_count(a) * tokens + 12 * a.layers * a.context * a.width * tokens
+
+
+def summarize(a, runs):
+    """The figures of one framework over all its rounds."""
+    times = [r["ms"] / 1e3 for run in runs for r in run[a.skip:]]
+    step_s = statistics.median(times)
+    peak = lambda key: max((max(r.get(key) or [0]) for run in runs for r in run), default=0)
+    out = dict(step_s=step_s, tokens_per_s=a.batch * a.context / step_s,
+               resident=peak("peak_resident_bytes"),
+               allocated=peak("peak_device_allocated_bytes"),
+               reserved=peak("peak_device_reserved_bytes"))
+    if a.peak_tflops:
+        out["mfu"] = step_flops(a) / step_s / (a.nproc * a.peak_tflops * 1e12)
+    return out
+
+
+def loss_agreement(a, ours, theirs):
+    """The largest relative difference of the first steps' losses."""
+    steps = min(5, len(ours), len(theirs))
+    pairs = zip(ours[:steps], theirs[:steps])
+    worst = max(abs(o["loss"] - t["loss"]) / abs(t["loss"]) for o, t in pairs)
+    bound = 2e-2 if a.mixed_precision == "bf16" else 1e-4
+    return steps, worst, bound
+
+
+def gib(n):
+    return f"{n / 2**30:.2f} GiB" if n else "-"
+
+
+def print_table(a, lib, peer, agreement):
+    rows = [("median step", lambda s: f"{1e3 * s['step_s']:.1f} ms", "step_s"),
+            ("tokens/s", lambda s: f"{s['tokens_per_s']:,.0f}", "tokens_per_s")]
+    if a.peak_tflops:
+        rows.append(("MFU", lambda s: f"{100 * s['mfu']:.1f}%", "mfu"))
+    if a.device == "cuda":
+        rows += [("peak CUDA allocated", lambda s: gib(s["allocated"]), "allocated"),
+                 ("peak CUDA reserved", lambda s: gib(s["reserved"]), "reserved")]
+    rows.append(("peak resident (VmHWM)", lambda s: gib(s["resident"]), "resident"))
+    print(f"\nGPT {a.layers}x{a.width}, {a.heads} heads, context {a.context}, "
+          f"{parameter_count(a) / 1e6:.2f} M parameters; batch {a.batch}; {a.nproc} rank(s) on "
+          f"{a.device}; {a.strategy}, {a.mixed_precision}, "
+          f"checkpointing {a.activation_checkpointing}; {a.rounds} rounds of {a.steps} steps, "
+          f"the first {a.skip} of each untimed")
+    print(f"{'':<24}{'libfsdp':>14}{'FSDP2':>14}{'libfsdp/FSDP2':>16}")
+    for name, show, key in rows:
+        ratio = lib[key] / peer[key] if peer.get(key) else float("nan")
+        print(f"{name:<24}{show(lib):>14}{show(peer):>14}{ratio:>16.3f}")
+    steps, worst, bound = agreement
+    verdict = "agree" if worst <= bound else "DISAGREE"
+    print(f"loss of the first {steps} steps: largest relative difference {worst:.2e} "
+          f"(bound {bound:.0e}): {verdict}")
+
+
+def main():
+    a = parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    lib_runs, peer_runs = [], []
+    for r in range(a.rounds):  # ABBA: who goes first alternates
+        order = [("libfsdp", run_libfsdp, lib_runs), ("fsdp2", run_fsdp2, peer_runs)]
+        for name, run, into in (order if r % 2 == 0 else order[::-1]):
+            print(f"round {r + 1}/{a.rounds}: {name}", flush=True)
+            into.append(run(a, r + 1))
+    agreement = loss_agreement(a, lib_runs[0], peer_runs[0])
+    print_table(a, summarize(a, lib_runs), summarize(a, peer_runs), agreement)
+    return 0 if agreement[1] <= agreement[2] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,7 +10,6 @@
 // any tensor built without an explicit index land on it. Two ranks on one
 // GPU are refused: NCCL does not support it.
 
-#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <string>

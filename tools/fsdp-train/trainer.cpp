@@ -6,9 +6,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <fmt/format.h>
-#include <rapidjson/document.h>
-#include <rapidjson/prettywriter.h>
-#include <rapidjson/stringbuffer.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -24,6 +21,7 @@
 #include "fsdp/clip_grad.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/introspection.h"
+#include "config_json.h"
 #include "fsdp/models/gpt.h"
 #include "generate.h"
 #include "gpt_setup.h"
@@ -98,7 +96,6 @@ class Trainer {
   void build_model();
   void resume_if_asked();
   void start_outputs(const fsdp::MemoryStats& initial);
-  void write_config_json() const;
   ProgressConfig progress_config() const;
   // The loop.
   LoopOutcome train_loop(Progress& progress);
@@ -220,41 +217,8 @@ void Trainer::start_outputs(const fsdp::MemoryStats& initial) {
   header.start_step = start_step_;
   header.rank_memory_limit = rank_memory_limit_bytes().value_or(0);
   print_header(header);
-  write_config_json();
+  write_config_json(s_, world_.size(), start_step_, run_dir_);
   metrics_.emplace(run_dir_, start_step_);
-}
-
-// What the checkpoint records, plus what this run chose beyond it.
-void Trainer::write_config_json() const {
-  // RapidJSON: see [Note: no JSON symbols shared with LibTorch] in src/json/json_io.h.
-  rapidjson::Document config;
-  const std::string extras = checkpoint_extras(o_, s_.corpus, world_.size());
-  config.Parse<rapidjson::kParseFullPrecisionFlag>(extras.data(), extras.size());
-  auto& a = config.GetAllocator();
-  const auto add_text = [&](const char* key, const std::string& s) {
-    rapidjson::Value value(s.data(), static_cast<rapidjson::SizeType>(s.size()), a);
-    config.AddMember(rapidjson::StringRef(key), value, a);
-  };
-  add_text("strategy", o_.strategy);
-  add_text("mixed_precision", o_.mixed_precision);
-  config.AddMember("offload", o_.offload, a);
-  config.AddMember("prefetch", !o_.no_prefetch, a);
-  add_text("activation_checkpointing", o_.activation_checkpointing);
-  add_text("compress_weights", o_.compress_weights);
-  add_text("compress_grads", o_.compress_grads);
-  add_text("compress_scope", o_.compress_scope);
-  config.AddMember("compress_block_size", o_.compress_block_size, a);
-  config.AddMember("micro_batch", static_cast<int64_t>(s_.layout.micro_batch), a);
-  config.AddMember("grad_accum", static_cast<int64_t>(s_.layout.grad_accum), a);
-  add_text("launcher", s_.launcher);
-  add_text("resume", s_.resume_dir);
-  config.AddMember("start_step", static_cast<int64_t>(start_step_), a);
-  rapidjson::StringBuffer buffer;
-  rapidjson::PrettyWriter<rapidjson::StringBuffer> writer(buffer);
-  writer.SetIndent(' ', 2);
-  config.Accept(writer);
-  write_output_file((std::filesystem::path(run_dir_) / "config.json").string(),
-                    std::string(buffer.GetString(), buffer.GetSize()) + "\n");
 }
 
 ProgressConfig Trainer::progress_config() const {

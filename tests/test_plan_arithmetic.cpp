@@ -14,6 +14,7 @@
 #include "fit_search.h"
 #include "fsdp/models/gpt_size.h"
 #include "hardware_profile.h"
+#include "median_profile.h"
 #include "memory_plan.h"
 #include "model_spec.h"
 #include "published_anchors.h"
@@ -242,6 +243,74 @@ TEST(PlanTime, PrefetchHidesGathersBehindCompute) {
   const TimePlan with = plan_time(hand_model(), s, hw);
   EXPECT_LT(with.exposed_comm_s, without);
   EXPECT_DOUBLE_EQ(with.communication_s, plan_time(hand_model(), s, hw).communication_s);
+}
+
+TEST(PlanTime, SynchronizationIsChargedPerRingStep) {
+  HardwareProfile hw = hand_profile();
+  hw.sync_per_ring_step_s = 1e-3;
+  TrainingSetup s;
+  s.nproc_per_node = 4;
+  // full: the root gathers once and reduce-scatters (3 + 3 ring steps); each
+  // block gathers in forward and backward and reduce-scatters (3 x 3).
+  TimePlan t = plan_time(hand_model(), s, hw);
+  EXPECT_DOUBLE_EQ(t.ring_steps, 6 + 2 * 9);
+  EXPECT_DOUBLE_EQ(t.sync_overhead_s, 24e-3);
+  EXPECT_DOUBLE_EQ(t.step_s, t.compute_s + t.exposed_comm_s + t.sync_overhead_s + t.optimizer_s);
+  s.strategy = Strategy::kShardGradOp;  // no gather in backward
+  EXPECT_DOUBLE_EQ(plan_time(hand_model(), s, hw).ring_steps, 3 * 6);
+  s.strategy = Strategy::kNoShard;  // one all-reduce per unit: 2 x 3 steps
+  EXPECT_DOUBLE_EQ(plan_time(hand_model(), s, hw).ring_steps, 3 * 6);
+  s.strategy = Strategy::kFullShard;
+  s.grad_accum = 2;  // gathers every micro-batch, reductions once a step
+  EXPECT_DOUBLE_EQ(plan_time(hand_model(), s, hw).ring_steps, (2 * 3 + 3) + 2 * (2 * 6 + 3));
+  s.grad_accum = 1;
+  s.nproc_per_node = 1;  // nothing to synchronize
+  t = plan_time(hand_model(), s, hw);
+  EXPECT_DOUBLE_EQ(t.ring_steps, 0);
+  EXPECT_DOUBLE_EQ(t.sync_overhead_s, 0);
+}
+
+TEST(PlanTime, ProfilesKeepTheSyncCostAndRefuseANegativeOne) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("plan_profile_" + std::to_string(::getpid()) + ".json");
+  HardwareProfile hw = hand_profile();
+  hw.sync_per_ring_step_s = 2.5e-4;
+  save_profile(hw, path.string());
+  EXPECT_DOUBLE_EQ(load_profile(path.string()).sync_per_ring_step_s, 2.5e-4);
+  hw.sync_per_ring_step_s = -1;
+  save_profile(hw, path.string());
+  try {
+    load_profile(path.string());
+    FAIL() << "a negative sync_per_ring_step_s was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("sync_per_ring_step_s is -1"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(PlanProfiles, MedianKeepsFiguresFittedTogetherTogether) {
+  // Achieved fp32 rates 50, 80 and 135 flop/s; per-figure medians would
+  // pair pass c's peak (150) with pass a's fraction (0.5): 75, no pass's.
+  std::vector<HardwareProfile> passes(3, hand_profile());
+  const double peaks[] = {100, 200, 150}, fractions[] = {0.5, 0.4, 0.9};
+  const double bandwidths[] = {3e6, 1e6, 2e6}, alphas[] = {5e-3, 1e-3, 9e-3};
+  for (int i = 0; i < 3; ++i) {
+    passes[i].peak_flops_fp32 = peaks[i];
+    passes[i].achieved_fraction = fractions[i];
+    passes[i].unit_overhead_s = 1e-3 * (i + 1);
+    passes[i].memory_bytes_per_s = bandwidths[i];
+    passes[i].intra_node = Link{alphas[i], 1e4 * (i + 1)};
+    passes[i].runtime_bytes = 1e6 * (i + 1);
+  }
+  const HardwareProfile m = median_profile(passes);
+  EXPECT_DOUBLE_EQ(m.peak_flops_fp32, 200);  // pass b: the median compute
+  EXPECT_DOUBLE_EQ(m.achieved_fraction, 0.4);
+  EXPECT_DOUBLE_EQ(m.unit_overhead_s, 2e-3);
+  EXPECT_DOUBLE_EQ(m.memory_bytes_per_s, 2e6);  // a figure of its own: its median
+  // A 1 MiB gather (alpha + 1 MiB / bandwidth): a 105 s, b 52 s, c 35 s; b is the median.
+  EXPECT_DOUBLE_EQ(m.intra_node.latency_s, 1e-3);
+  EXPECT_DOUBLE_EQ(m.intra_node.bytes_per_s, 2e4);
+  EXPECT_DOUBLE_EQ(m.runtime_bytes, 1e6);  // memory figures: the first pass's
 }
 
 TEST(PlanFit, FastestFirstAndOnlyWhatFits) {

@@ -20,6 +20,7 @@
 #include "fsdp/comm/process_group.h"
 #include "gpt_workload.h"
 #include "hardware_profile.h"
+#include "median_profile.h"
 #include "proc_status.h"
 #include "time_plan.h"
 
@@ -155,6 +156,39 @@ ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measure
   return fit;
 }
 
+// [Note: synchronization calibrated on sharded steps]
+// Ranks that train together pay more than their collectives' alpha-beta
+// cost. Each ring step of a collective wakes threads (the caller's, the
+// communication worker's, Gloo's) that compete with compute for the cores;
+// every collective waits for the slowest rank; compute beside a collective
+// slows down. Calibrate's all-gathers, run back to back on idle ranks, see
+// little of this: on this 2-core VM, GPT steps at two ranks took 8-12 ms
+// (3 blocks) to 30-40 ms (7 blocks) longer than the plan from those
+// figures, at every strategy. So calibrate runs the four GPT sizes of
+// [Note: compute calibrated on the GPT] again, fully sharded over all its
+// ranks, and takes per size the measured step less the step planned
+// without this cost, per ring step the plan counts (an all-gather or a
+// reduce-scatter over p ranks has p - 1, an all-reduce 2(p - 1)); the
+// profile keeps the median over sizes. Counting ring steps, not units,
+// charges `grad-op` (no gather in backward) and `none` (one all-reduce)
+// less than `full`, as measured. Shipped GPU profiles leave it at 0: NCCL
+// runs on the GPU's own engines and its launches cost microseconds.
+double fit_sync_per_ring_step(const fsdp::ProcessGroupPtr& world, const HardwareProfile& measured) {
+  const std::vector<GptSizes> sizes = {
+      {2, 96, 2, 64, 256}, {4, 96, 2, 64, 256}, {2, 192, 4, 64, 256}, {4, 192, 4, 64, 256}};
+  TrainingSetup sharded;
+  sharded.nproc_per_node = world->size();
+  sharded.micro_batch = 4;  // as fit_compute
+  std::vector<double> per_step;
+  for (const GptSizes& size : sizes) {
+    const WorkloadResult run = run_gpt_workload(size, sharded.micro_batch, 9, false, world);
+    const TimePlan plan = plan_time(gpt_model_spec(size), sharded, measured);
+    per_step.push_back((median_over_ranks(*world, run.step_s) - plan.step_s) / plan.ring_steps);
+  }
+  std::sort(per_step.begin(), per_step.end());
+  return std::max(0.0, (per_step[1] + per_step[2]) / 2);
+}
+
 int relaunch_under_fsdp_run(const CalibrateOptions& o, const std::string& self) {
   const auto run = std::filesystem::path(self).parent_path() / "fsdp-run";
   if (!std::filesystem::exists(run)) {
@@ -229,8 +263,9 @@ Link measure_link(fsdp::ProcessGroup& world, double budget) {
 }
 
 // Every figure, the median over ranks (collective).
-HardwareProfile measure(fsdp::ProcessGroup& world, const fsdp::LaunchEnv& env, double budget,
-                        const Say& say) {
+HardwareProfile measure(const fsdp::ProcessGroupPtr& world_ptr, const fsdp::LaunchEnv& env,
+                        double budget, const Say& say) {
+  fsdp::ProcessGroup& world = *world_ptr;
   HardwareProfile prof;
   matmul_flops(at::kFloat, 0);  // thread pools and BLAS buffers up before the runtime is read
   prof.runtime_bytes = median_over_ranks(world, proc_status_bytes("VmRSS:"));
@@ -258,6 +293,9 @@ HardwareProfile measure(fsdp::ProcessGroup& world, const fsdp::LaunchEnv& env, d
                     prof.intra_node.bytes_per_s / 1e9));
     prof.comm_compute_overlap = median_over_ranks(world, measure_overlap(world, budget));
     say(fmt::format("communication overlaps compute: {:.0f}%", 100 * prof.comm_compute_overlap));
+    prof.sync_per_ring_step_s = fit_sync_per_ring_step(world_ptr, prof);
+    say(fmt::format("sharded GPT steps: {:.2f} ms per ring step beyond the plan",
+                    1e3 * prof.sync_per_ring_step_s));
   } else {
     // One rank sends nothing; the profile still needs a link to be a valid
     // one, so it gets a local copy's cost and says so.
@@ -277,39 +315,6 @@ HardwareProfile measure(fsdp::ProcessGroup& world, const fsdp::LaunchEnv& env, d
   return prof;
 }
 
-// [Note: repeated calibration]
-// This machine's speed drifts by tens of percent within seconds: one
-// calibration measured alpha at 6 ms where the ones before and after it
-// measured 0.27 and 0.43 ms, and every case planned with it was off by 2x.
-// So calibrate measures `repeats` times and keeps each timing figure's
-// median. Memory figures come from the first pass: later passes find the
-// heap already holding what the first freed, and would see less retention.
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
-HardwareProfile median_profile(const std::vector<HardwareProfile>& passes) {
-  HardwareProfile out = passes.front();
-  const auto take_median = [&](auto field) {
-    std::vector<double> v;
-    for (const auto& p : passes) v.push_back(field(p));
-    return median(v);
-  };
-  for (double HardwareProfile::*f :
-       {&HardwareProfile::peak_flops_fp32, &HardwareProfile::peak_flops_bf16,
-        &HardwareProfile::memory_bytes_per_s, &HardwareProfile::host_link_bytes_per_s,
-        &HardwareProfile::host_memory_bytes_per_s, &HardwareProfile::achieved_fraction,
-        &HardwareProfile::unit_overhead_s, &HardwareProfile::bf16_achieved_fraction,
-        &HardwareProfile::bf16_unit_overhead_s, &HardwareProfile::comm_compute_overlap}) {
-    out.*f = take_median([f](const HardwareProfile& p) { return p.*f; });
-  }
-  out.intra_node.latency_s = take_median([](const HardwareProfile& p) { return p.intra_node.latency_s; });
-  out.intra_node.bytes_per_s = take_median([](const HardwareProfile& p) { return p.intra_node.bytes_per_s; });
-  out.inter_node = out.intra_node;
-  return out;
-}
-
 }  // namespace
 
 int calibrate(const CalibrateOptions& o, const std::string& self) {
@@ -327,7 +332,7 @@ int calibrate(const CalibrateOptions& o, const std::string& self) {
   std::vector<HardwareProfile> passes;
   for (int pass = 1; pass <= o.repeats; ++pass) {
     if (o.repeats > 1) say(fmt::format("pass {} of {}:", pass, o.repeats));
-    passes.push_back(measure(*world, env, o.seconds_per_measure, say));
+    passes.push_back(measure(world, env, o.seconds_per_measure, say));
   }
   const HardwareProfile prof = median_profile(passes);
   if (rank0) {

@@ -16,7 +16,8 @@
 
 namespace fsdp_plan {
 
-WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps, bool bf16) {
+WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps, bool bf16,
+                                std::shared_ptr<fsdp::ProcessGroup> group) {
   using Clock = std::chrono::steady_clock;
   std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
   const double rss_before = proc_status_bytes("VmRSS:");
@@ -34,7 +35,8 @@ WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps,
     if (bf16) precision.param_dtype(at::kBFloat16).reduce_dtype(at::kFloat);
     auto model = fsdp::fully_shard(
         fsdp::models::GPT(config),
-        fsdp::FullyShardOptions(fsdp::make_single_process_group()).mp(precision));
+        fsdp::FullyShardOptions(group ? group : fsdp::make_single_process_group())
+            .mp(precision));
     torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
     counter.reset_peak();
     std::vector<double> times;
@@ -43,9 +45,12 @@ WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps,
       optimizer.zero_grad();
       at::Tensor tokens = at::randint(0, sizes.vocab, {batch, sizes.context});
       at::Tensor logits = model->forward(tokens);
-      fsdp::models::lm_loss(logits, tokens).backward();
+      at::Tensor loss = fsdp::models::lm_loss(logits, tokens);
+      loss.backward();
+      at::Tensor loss_sum = loss.detach().to(at::kDouble).reshape({1});
       fsdp::clip_grad_norm_(*model, 1.0);  // as fsdp-train's step does
       optimizer.step();
+      if (group) group->all_reduce(loss_sum, fsdp::ReduceOp::kSum)->wait();  // its mean loss
       if (step > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
     std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());

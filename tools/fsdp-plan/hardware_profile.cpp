@@ -100,6 +100,11 @@ HardwareProfile from_json(const rapidjson::Value& j, const std::string& path) {
     throw std::runtime_error(fmt::format("profile '{}': comm_compute_overlap is {}; it is a "
                                          "fraction from 0 to 1", path, p.comm_compute_overlap));
   }
+  p.sync_per_ring_step_s = number_or(j, "sync_per_ring_step_s", 0.0, where);
+  if (p.sync_per_ring_step_s < 0) {
+    throw std::runtime_error(fmt::format("profile '{}': sync_per_ring_step_s is {}; it is a time "
+                                         "in seconds, 0 or more", path, p.sync_per_ring_step_s));
+  }
   if (p.peak_flops_fp32 <= 0 || p.memory_bytes <= 0 || p.memory_bytes_per_s <= 0 ||
       p.intra_node.bytes_per_s <= 0 || p.inter_node.bytes_per_s <= 0 || p.ranks_per_node < 1) {
     throw std::runtime_error(fmt::format(
@@ -175,6 +180,7 @@ std::string profile_to_json(const HardwareProfile& p) {
   write_link(w, "intra_node", p.intra_node);
   write_link(w, "inter_node", p.inter_node);
   write_number(w, "comm_compute_overlap", p.comm_compute_overlap);
+  write_number(w, "sync_per_ring_step_s", p.sync_per_ring_step_s);
   w.EndObject();
   return buffer.GetString();
 }

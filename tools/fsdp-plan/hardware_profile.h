@@ -64,6 +64,13 @@ struct HardwareProfile {
   // ranks, Gloo's threads compete with compute for the same cores, and
   // calibrate measures it ([Note: measured overlap] in calibrate.cpp).
   double comm_compute_overlap = 1;
+  // Time each ring step of a collective adds inside a training step beyond
+  // the link's alpha-beta cost: waking the threads that run it, their
+  // contention with compute for the cores, waiting for the slowest rank.
+  // calibrate measures it on sharded GPT steps ([Note: synchronization
+  // calibrated on sharded steps] in calibrate.cpp); shipped profiles leave
+  // it at 0.
+  double sync_per_ring_step_s = 0;
 
   double achieved_flops(bool bf16) const {
     return achieved_fraction_for(bf16) * (bf16 ? peak_flops_bf16 : peak_flops_fp32);

@@ -83,13 +83,15 @@ std::string format_plan(const Plan& p) {
       "  compute                  {:>12}\n"
       "  communication            {:>12}  ({} sent per rank)\n"
       "  exposed communication    {:>12}\n"
+      "  synchronization          {:>12}  ({:.0f} ring steps x the profile's cost per step)\n"
       "  offload copies           {:>12}\n"
       "  optimizer                {:>12}\n"
       "  step                     {:>12}\n"
       "  throughput               {:>12}  tokens/s, all ranks\n"
       "  MFU                      {:>11.1f}%\n",
       human_seconds(t.compute_s), human_seconds(t.communication_s), human_bytes(t.bytes_sent),
-      human_seconds(t.exposed_comm_s), s.offload ? human_seconds(t.offload_s) : "-",
+      human_seconds(t.exposed_comm_s), human_seconds(t.sync_overhead_s), t.ring_steps,
+      s.offload ? human_seconds(t.offload_s) : "-",
       human_seconds(t.optimizer_s),
       human_seconds(t.step_s), human_rate(t.tokens_per_s), 100 * t.mfu);
   return out;
@@ -131,7 +133,9 @@ std::string plan_json(const Plan& p) {
   w.StartObject();
   for (const auto& [name, value] : std::initializer_list<std::pair<const char*, double>>{
            {"compute_s", t.compute_s}, {"communication_s", t.communication_s},
-           {"exposed_comm_s", t.exposed_comm_s}, {"offload_s", t.offload_s},
+           {"exposed_comm_s", t.exposed_comm_s}, {"sync_overhead_s", t.sync_overhead_s},
+           {"ring_steps", t.ring_steps},
+           {"offload_s", t.offload_s},
            {"optimizer_s", t.optimizer_s}, {"step_s", t.step_s}, {"tokens_per_s", t.tokens_per_s},
            {"mfu", t.mfu}, {"bytes_sent", t.bytes_sent}}) {
     write_number(w, name, value);

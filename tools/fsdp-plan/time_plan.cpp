@@ -15,6 +15,7 @@ struct UnitTimes {
   double forward_s = 0, backward_s = 0;
   double forward_gather_s = 0, backward_gather_s = 0, reduce_s = 0;
   double gather_bytes_sent = 0, reduce_bytes_sent = 0;
+  double gather_ring_steps = 0, reduce_ring_steps = 0;  // per micro-batch, per step
 };
 
 // [Note: exposed communication]
@@ -86,6 +87,8 @@ TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwarePro
         ut.backward_gather_s = ring_all_gather_s(padded * e, k, regather_link);
       }
       ut.reduce_s = ring_reduce_scatter_s(padded * 4, S, shard_link);
+      ut.gather_ring_steps = (S - 1) + (s.regathers_in_backward() && !u.root ? k - 1 : 0);
+      ut.reduce_ring_steps = S - 1;
       const double per_byte = static_cast<double>(S - 1) / S;
       const bool gathered_twice = s.regathers_in_backward() && !u.root;
       ut.gather_bytes_sent = per_byte * padded * e * (gathered_twice ? 2 : 1);
@@ -96,7 +99,9 @@ TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwarePro
       const double shard_bytes = static_cast<double>(shard_numel(u.numel(), S)) * 4;
       ut.reduce_s += ring_all_reduce_s(shard_bytes, replicas, hw.inter_node);
       ut.reduce_bytes_sent += 2.0 * (replicas - 1) / replicas * shard_bytes;
+      ut.reduce_ring_steps += 2 * (replicas - 1);
     }
+    t.ring_steps += static_cast<double>(s.grad_accum) * ut.gather_ring_steps + ut.reduce_ring_steps;
     t.compute_s += static_cast<double>(s.grad_accum) * (ut.forward_s + ut.backward_s);
     t.communication_s += static_cast<double>(s.grad_accum) * (ut.forward_gather_s + ut.backward_gather_s) + ut.reduce_s;
     t.bytes_sent += static_cast<double>(s.grad_accum) * ut.gather_bytes_sent + ut.reduce_bytes_sent;
@@ -117,7 +122,9 @@ TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwarePro
     const double in = static_cast<double>(s.grad_accum) * gathers * shard_elements * e;
     t.offload_s = (in + 4 * shard_elements) / hw.host_link_bytes_per_s;
   }
-  t.step_s = t.compute_s + t.exposed_comm_s + t.optimizer_s + t.offload_s;
+  // [Note: synchronization calibrated on sharded steps] in calibrate.cpp.
+  t.sync_overhead_s = t.ring_steps * hw.sync_per_ring_step_s;
+  t.step_s = t.compute_s + t.exposed_comm_s + t.sync_overhead_s + t.optimizer_s + t.offload_s;
   const double global_tokens = tokens * static_cast<double>(s.grad_accum) * s.world_size();
   t.tokens_per_s = global_tokens / t.step_s;
   const double peak = s.bf16 ? hw.peak_flops_bf16 : hw.peak_flops_fp32;

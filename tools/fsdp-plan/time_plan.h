@@ -14,6 +14,8 @@ struct TimePlan {
   double optimizer_s = 0;      // the optimizer step over this rank's shards
   double communication_s = 0;  // every collective, as if run alone
   double exposed_comm_s = 0;   // what the step waits for
+  double sync_overhead_s = 0;  // ring_steps x the profile's cost per ring step
+  double ring_steps = 0;       // send/receive steps of every collective, one step
   double offload_s = 0;        // shards to the device and reduced shards back (waited for)
   double step_s = 0;
   double tokens_per_s = 0;     // all ranks together

@@ -15,6 +15,7 @@
 
 #include "hardware_profile.h"
 #include "json_text.h"
+#include "median_profile.h"
 #include "memory_plan.h"
 #include "model_spec.h"
 #include "plan_report.h"
@@ -95,6 +96,7 @@ HardwareProfile shared_by(const HardwareProfile& calibrated, int ranks) {
   p.host_memory_bytes_per_s *= scale;
   p.unit_overhead_s /= scale;
   p.bf16_unit_overhead_s /= scale;
+  p.sync_per_ring_step_s /= scale;
   for (Link* link : {&p.intra_node, &p.inter_node}) {
     link->latency_s /= scale;
     link->bytes_per_s *= scale;
@@ -138,8 +140,8 @@ Measured read_metrics(const fs::path& file) {
   return m;
 }
 
-CaseResult run_case(const Case& c, const HardwareProfile& hw, const ValidateOptions& o,
-                    const fs::path& work, int steps) {
+// One run of a case's trainer, and what metrics.jsonl says of it.
+Measured run_case(const Case& c, const ValidateOptions& o, const fs::path& work, int steps) {
   const fs::path run_dir = work / fmt::format("run-{}", std::hash<std::string>{}(c.name()));
   fs::remove_all(run_dir);
   const std::string command = fmt::format(
@@ -151,7 +153,31 @@ CaseResult run_case(const Case& c, const HardwareProfile& hw, const ValidateOpti
       shell_quoted(run_dir.string()), o.data.empty() ? "" : " --data " + shell_quoted(o.data));
   run_or_throw(command, work / "case.log");
   const Measured m = read_metrics(run_dir / "metrics.jsonl");
+  fs::remove_all(run_dir);
+  return m;
+}
 
+// [Note: interleaved rounds]
+// A run on this VM is sometimes slow throughout: the same one-rank case
+// measured 35-40 ms a step in some runs and 55-59 ms in others, every step
+// alike, so more steps do not help. Each case therefore runs once per round,
+// every case in a round before the next round starts, and the plan is
+// compared with the median of its runs' step times. Memory figures are
+// peaks, so they take the most any run reached.
+Measured median_run(const std::vector<Measured>& runs) {
+  Measured m;
+  std::vector<double> steps;
+  for (const Measured& run : runs) {
+    m.tensor_bytes = std::max(m.tensor_bytes, run.tensor_bytes);
+    m.resident_bytes = std::max(m.resident_bytes, run.resident_bytes);
+    steps.push_back(run.step_s);
+  }
+  std::nth_element(steps.begin(), steps.begin() + steps.size() / 2, steps.end());
+  m.step_s = steps[steps.size() / 2];
+  return m;
+}
+
+CaseResult compare_with_plan(const Case& c, const Measured& m, const HardwareProfile& hw) {
   const ModelSpec model = gpt_model_spec(c.gpt);
   TrainingSetup s;
   s.nproc_per_node = c.world;
@@ -170,31 +196,44 @@ CaseResult run_case(const Case& c, const HardwareProfile& hw, const ValidateOpti
   r.measured_resident_bytes = m.resident_bytes;
   r.planned_step_s = time.step_s;
   r.measured_step_s = m.step_s;
-  fs::remove_all(run_dir);
   return r;
+}
+
+// The world sizes the cases use, in order.
+std::vector<int> worlds_of(const std::vector<Case>& all) {
+  std::vector<int> worlds;
+  for (const Case& c : all) {
+    if (std::find(worlds.begin(), worlds.end(), c.world) == worlds.end()) worlds.push_back(c.world);
+  }
+  return worlds;
 }
 
 // The profile each world size is planned with: calibrated at that many
 // ranks, or --profile scaled ([Note: validating on one small machine]).
-std::map<int, HardwareProfile> profiles_by_world(const std::vector<Case>& all,
+// Calibration runs in rounds like the cases ([Note: interleaved rounds]):
+// each round one calibrate process per world size, whose slow or fast state
+// is its own; the plan uses the median of the rounds' profiles.
+std::map<int, HardwareProfile> profiles_by_world(const std::vector<Case>& all, int rounds,
                                                  const ValidateOptions& o, const fs::path& work) {
   std::map<int, HardwareProfile> profiles;
-  for (const Case& c : all) {
-    if (profiles.count(c.world)) continue;
-    if (!o.profile.empty()) {
-      profiles[c.world] = shared_by(load_profile(o.profile), c.world);
-      continue;
-    }
-    const fs::path path = work / fmt::format("profile-{}.json", c.world);
-    fmt::print("calibrating this machine at {} rank{} ({}/fsdp-plan calibrate)...\n", c.world,
-               c.world == 1 ? "" : "s", o.bin_dir);
-    std::fflush(stdout);
-    // --quick asserts bytes only; one pass is enough for them.
-    run_or_throw(fmt::format("{}/fsdp-plan calibrate --nproc-per-node {} --repeats {} --output {}",
-                             o.bin_dir, c.world, o.quick ? 1 : 3, path.string()),
-                 work / "calibrate.log");
-    profiles[c.world] = load_profile(path.string());
+  if (!o.profile.empty()) {
+    for (int world : worlds_of(all)) profiles[world] = shared_by(load_profile(o.profile), world);
+    return profiles;
   }
+  std::map<int, std::vector<HardwareProfile>> passes;
+  for (int round = 1; round <= rounds; ++round) {
+    for (int world : worlds_of(all)) {
+      const fs::path path = work / fmt::format("profile-{}.json", world);
+      fmt::print("[round {}/{}] calibrating this machine at {} rank{} ({}/fsdp-plan calibrate)...\n",
+                 round, rounds, world, world == 1 ? "" : "s", o.bin_dir);
+      std::fflush(stdout);
+      run_or_throw(fmt::format("{}/fsdp-plan calibrate --nproc-per-node {} --repeats 1 --output {}",
+                               o.bin_dir, world, path.string()),
+                   work / "calibrate.log");
+      passes[world].push_back(load_profile(path.string()));
+    }
+  }
+  for (const auto& [world, measured] : passes) profiles[world] = median_profile(measured);
   return profiles;
 }
 
@@ -204,12 +243,20 @@ std::vector<CaseResult> validate_cases(const ValidateOptions& o) {
   const fs::path work = fs::temp_directory_path() / fmt::format("fsdp-plan-validate-{}", ::getpid());
   fs::create_directories(work);
   const std::vector<Case> all = cases(o.quick);
-  const std::map<int, HardwareProfile> profiles = profiles_by_world(all, o, work);
+  // --quick asserts bytes only; one round is enough for them.
+  const int rounds = o.quick ? 1 : 3;  // [Note: interleaved rounds]
+  const std::map<int, HardwareProfile> profiles = profiles_by_world(all, rounds, o, work);
+  std::vector<std::vector<Measured>> runs(all.size());
+  for (int round = 1; round <= rounds; ++round) {
+    for (size_t i = 0; i < all.size(); ++i) {
+      fmt::print("[round {}/{}, case {}/{}] {}\n", round, rounds, i + 1, all.size(), all[i].name());
+      std::fflush(stdout);
+      runs[i].push_back(run_case(all[i], o, work, o.quick ? 3 : 10));
+    }
+  }
   std::vector<CaseResult> results;
   for (size_t i = 0; i < all.size(); ++i) {
-    fmt::print("[{}/{}] {}\n", i + 1, all.size(), all[i].name());
-    std::fflush(stdout);
-    results.push_back(run_case(all[i], profiles.at(all[i].world), o, work, o.quick ? 3 : 10));
+    results.push_back(compare_with_plan(all[i], median_run(runs[i]), profiles.at(all[i].world)));
   }
   fs::remove_all(work);
   return results;

@@ -13,8 +13,9 @@
 // count. Sharing is not a simple scaling: with four ranks on two cores a
 // rank's fixed costs grew about fourfold over two ranks in calibration, not
 // twofold, and a collective waits for a peer that is not scheduled. So
-// validate calibrates once at each rank count its cases use (1, 2 and 4),
-// first, and plans each case with its own count's profile. A profile given with
+// validate calibrates at each rank count its cases use (1, 2 and 4), in
+// rounds with the cases ([Note: interleaved rounds] in validate.cpp), and
+// plans each case with its own count's profile. A profile given with
 // --profile is instead scaled by its ranks / the case's ranks (rates
 // shrink, fixed costs and latency grow), which is cruder. Memory needs
 // neither: the counted bytes are what a rank allocates wherever it runs.
@@ -25,7 +26,7 @@
 namespace fsdp_plan {
 
 struct ValidateOptions {
-  bool quick = false;         // 4 small cases, 3 steps: what `make test` runs
+  bool quick = false;         // 4 small cases, 3 steps, one round: what `make test` runs
   std::string profile;        // "" = calibrate now, at each rank count
   std::string bin_dir;        // where fsdp-run, fsdp-train (and fsdp-plan) are
   std::string data;           // fsdp-train's --data; "" = its default corpus

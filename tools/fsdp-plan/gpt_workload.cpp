@@ -50,7 +50,8 @@ WorkloadResult run_gpt_workload(const GptSizes& sizes, int64_t batch, int steps,
       at::Tensor loss_sum = loss.detach().to(at::kDouble).reshape({1});
       fsdp::clip_grad_norm_(*model, 1.0);  // as fsdp-train's step does
       optimizer.step();
-      if (group) group->all_reduce(loss_sum, fsdp::ReduceOp::kSum)->wait();  // its mean loss
+      // fsdp-train's step ends by summing the loss over the ranks.
+      if (group) group->all_reduce(loss_sum, fsdp::ReduceOp::kSum)->wait();
       if (step > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
     std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());

@@ -18,6 +18,7 @@
 
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
+#include "calibration_sizes.h"
 #include "gpt_workload.h"
 #include "hardware_profile.h"
 #include "median_profile.h"
@@ -128,9 +129,7 @@ struct ComputeFit {
 };
 
 ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measured, bool bf16) {
-  const std::vector<GptSizes> sizes = {
-      {2, 96, 2, 64, 256}, {4, 96, 2, 64, 256}, {2, 192, 4, 64, 256}, {4, 192, 4, 64, 256}};
-  const int64_t batch = 4;  // sequences per rank, as validate's cases at 2 ranks
+  const int64_t batch = kCalibrationBatch;
   HardwareProfile ideal = measured;
   ideal.achieved_fraction = ideal.bf16_achieved_fraction = 1;
   ideal.unit_overhead_s = ideal.bf16_unit_overhead_s = 0;
@@ -140,7 +139,7 @@ ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measure
   // y = a x + c u, with x the ideal compute time, u the units, a = 1 / fraction.
   double sxx = 0, sxu = 0, suu = 0, sxy = 0, suy = 0;
   ComputeFit fit;
-  for (const GptSizes& size : sizes) {
+  for (const GptSizes& size : calibration_gpt_sizes()) {
     const WorkloadResult run = run_gpt_workload(size, batch, 9, bf16);
     const ModelSpec spec = gpt_model_spec(size);
     const TimePlan plan = plan_time(spec, one, ideal);
@@ -174,13 +173,11 @@ ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measure
 // less than `full`, as measured. Shipped GPU profiles leave it at 0: NCCL
 // runs on the GPU's own engines and its launches cost microseconds.
 double fit_sync_per_ring_step(const fsdp::ProcessGroupPtr& world, const HardwareProfile& measured) {
-  const std::vector<GptSizes> sizes = {
-      {2, 96, 2, 64, 256}, {4, 96, 2, 64, 256}, {2, 192, 4, 64, 256}, {4, 192, 4, 64, 256}};
   TrainingSetup sharded;
   sharded.nproc_per_node = world->size();
-  sharded.micro_batch = 4;  // as fit_compute
+  sharded.micro_batch = kCalibrationBatch;
   std::vector<double> per_step;
-  for (const GptSizes& size : sizes) {
+  for (const GptSizes& size : calibration_gpt_sizes()) {
     const WorkloadResult run = run_gpt_workload(size, sharded.micro_batch, 9, false, world);
     const TimePlan plan = plan_time(gpt_model_spec(size), sharded, measured);
     per_step.push_back((median_over_ranks(*world, run.step_s) - plan.step_s) / plan.ring_steps);

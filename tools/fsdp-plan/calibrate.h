@@ -33,5 +33,4 @@ struct CalibrateOptions {
 // Returns the exit code.
 int calibrate(const CalibrateOptions& options, const std::string& self_path);
 
-
 }  // namespace fsdp_plan

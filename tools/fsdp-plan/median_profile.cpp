@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "calibration_sizes.h"
 #include "model_spec.h"
 #include "time_plan.h"
 #include "training_setup.h"
@@ -39,9 +40,9 @@ const HardwareProfile& median_pass(const std::vector<HardwareProfile>& passes, K
 // What a pass's compute model plans for the largest GPT fit_compute runs.
 double planned_compute_s(const HardwareProfile& p, bool bf16) {
   TrainingSetup one;
-  one.micro_batch = 4;
+  one.micro_batch = kCalibrationBatch;
   one.bf16 = bf16;
-  return plan_time(gpt_model_spec({4, 192, 4, 64, 256}), one, p).compute_s;
+  return plan_time(gpt_model_spec(calibration_gpt_sizes().back()), one, p).compute_s;
 }
 
 }  // namespace

@@ -82,15 +82,13 @@ TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwarePro
     t.model_flops_per_token += 3 * u.forward_flops_per_token;
     const double padded = static_cast<double>(shard_numel(u.numel(), S)) * S;
     if (S > 1) {
+      const bool gathered_twice = s.regathers_in_backward() && !u.root;
       ut.forward_gather_s = ring_all_gather_s(padded * e, S, shard_link);
-      if (s.regathers_in_backward() && !u.root) {
-        ut.backward_gather_s = ring_all_gather_s(padded * e, k, regather_link);
-      }
+      if (gathered_twice) ut.backward_gather_s = ring_all_gather_s(padded * e, k, regather_link);
       ut.reduce_s = ring_reduce_scatter_s(padded * 4, S, shard_link);
-      ut.gather_ring_steps = (S - 1) + (s.regathers_in_backward() && !u.root ? k - 1 : 0);
+      ut.gather_ring_steps = (S - 1) + (gathered_twice ? k - 1 : 0);
       ut.reduce_ring_steps = S - 1;
       const double per_byte = static_cast<double>(S - 1) / S;
-      const bool gathered_twice = s.regathers_in_backward() && !u.root;
       ut.gather_bytes_sent = per_byte * padded * e * (gathered_twice ? 2 : 1);
       ut.reduce_bytes_sent = per_byte * padded * 4;
     }

@@ -36,6 +36,7 @@
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
 #include "fsdp/cpu_allocation_counter.h"
+#include "fsdp/cpu_heap.h"
 #include "fsdp/deferred_init.h"
 #include "fsdp/error_message.h"
 #include "fsdp/fully_shard.h"

@@ -34,6 +34,7 @@
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
+#include "fsdp/cpu_heap.h"
 #include "fsdp/error_message.h"
 #include "memory_check.h"
 #include "resume_config.h"
@@ -207,6 +208,9 @@ int main(int argc, char** argv) {
 
   setup.threads = threads_per_rank(distributed ? env.local_world_size : 1);
   at::set_num_threads(setup.threads);
+  // Sharded steps free and reallocate the same buffers every unit; [Note:
+  // freed CPU memory kept for reuse] in fsdp/cpu_heap.h.
+  fsdp::keep_freed_cpu_memory();
   setup.device =
       fsdp_train::select_training_device(setup.options, distributed ? env.local_rank : 0);
   return train_in_world(setup, distributed, env);

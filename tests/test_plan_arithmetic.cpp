@@ -9,7 +9,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
 
+#include "case_result.h"
 #include "collective_cost.h"
 #include "fit_search.h"
 #include "fsdp/models/gpt_size.h"
@@ -264,6 +268,10 @@ TEST(PlanTime, SynchronizationIsChargedPerRingStep) {
   s.grad_accum = 2;  // gathers every micro-batch, reductions once a step
   EXPECT_DOUBLE_EQ(plan_time(hand_model(), s, hw).ring_steps, (2 * 3 + 3) + 2 * (2 * 6 + 3));
   s.grad_accum = 1;
+  s.bf16 = true;  // bf16 steps pay the bf16 figure
+  hw.bf16_sync_per_ring_step_s = 0.5e-3;
+  EXPECT_DOUBLE_EQ(plan_time(hand_model(), s, hw).sync_overhead_s, 12e-3);
+  s.bf16 = false;
   s.nproc_per_node = 1;  // nothing to synchronize
   t = plan_time(hand_model(), s, hw);
   EXPECT_DOUBLE_EQ(t.ring_steps, 0);
@@ -275,16 +283,39 @@ TEST(PlanTime, ProfilesKeepTheSyncCostAndRefuseANegativeOne) {
                     ("plan_profile_" + std::to_string(::getpid()) + ".json");
   HardwareProfile hw = hand_profile();
   hw.sync_per_ring_step_s = 2.5e-4;
+  hw.bf16_sync_per_ring_step_s = 1.5e-4;
   save_profile(hw, path.string());
   EXPECT_DOUBLE_EQ(load_profile(path.string()).sync_per_ring_step_s, 2.5e-4);
-  hw.sync_per_ring_step_s = -1;
-  save_profile(hw, path.string());
-  try {
-    load_profile(path.string());
-    FAIL() << "a negative sync_per_ring_step_s was accepted";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("sync_per_ring_step_s is -1"), std::string::npos) << e.what();
+  EXPECT_DOUBLE_EQ(load_profile(path.string()).bf16_sync_per_ring_step_s, 1.5e-4);
+  for (const std::string key : {"sync_per_ring_step_s", "bf16_sync_per_ring_step_s"}) {
+    HardwareProfile bad = hw;
+    (key == "sync_per_ring_step_s" ? bad.sync_per_ring_step_s : bad.bf16_sync_per_ring_step_s) = -1;
+    save_profile(bad, path.string());
+    try {
+      load_profile(path.string());
+      FAIL() << "a negative " << key << " was accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(key + " is -1"), std::string::npos) << e.what();
+    }
   }
+  std::filesystem::remove(path);
+}
+
+TEST(PlanTime, AProfileWithoutABf16SyncCostUsesTheFp32One) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("plan_profile_old_" + std::to_string(::getpid()) + ".json");
+  HardwareProfile hw = hand_profile();
+  hw.sync_per_ring_step_s = 2.5e-4;
+  save_profile(hw, path.string());
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const std::string key = "\"bf16_sync_per_ring_step_s\"";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, key.size(), "\"unused_key\"");  // a profile from before the bf16 figure
+  std::ofstream(path) << text;
+  EXPECT_DOUBLE_EQ(load_profile(path.string()).bf16_sync_per_ring_step_s, 2.5e-4);
   std::filesystem::remove(path);
 }
 
@@ -311,6 +342,31 @@ TEST(PlanProfiles, MedianKeepsFiguresFittedTogetherTogether) {
   EXPECT_DOUBLE_EQ(m.intra_node.latency_s, 1e-3);
   EXPECT_DOUBLE_EQ(m.intra_node.bytes_per_s, 2e4);
   EXPECT_DOUBLE_EQ(m.runtime_bytes, 1e6);  // memory figures: the first pass's
+}
+
+TEST(PlanValidationRounds, RowIsTheMedianRoundWithTheLargestPeaks) {
+  // Step ratios 1.5, 0.8 and 1.1: the row is the third round, whole.
+  const auto round = [](double planned_ms, double measured_ms, double tensors, double resident) {
+    CaseResult r;
+    r.name = "L2 W64 x2 full";
+    r.planned_tensor_bytes = 100, r.measured_tensor_bytes = tensors;
+    r.planned_resident_bytes = 1000, r.measured_resident_bytes = resident;
+    r.planned_step_s = planned_ms / 1e3, r.measured_step_s = measured_ms / 1e3;
+    return r;
+  };
+  const CaseResult row = median_round({round(15, 10, 98, 990), round(16, 20, 99, 1010),
+                                       round(22, 20, 97, 995)});
+  EXPECT_DOUBLE_EQ(row.planned_step_s, 0.022);
+  EXPECT_DOUBLE_EQ(row.measured_step_s, 0.020);
+  EXPECT_DOUBLE_EQ(row.step_ratio(), 1.1);
+  EXPECT_DOUBLE_EQ(row.lowest_round_ratio, 0.8);
+  EXPECT_DOUBLE_EQ(row.highest_round_ratio, 1.5);
+  EXPECT_DOUBLE_EQ(row.measured_tensor_bytes, 99);  // peaks: the most any round reached
+  EXPECT_DOUBLE_EQ(row.measured_resident_bytes, 1010);
+  EXPECT_EQ(row.name, "L2 W64 x2 full");
+  // One round is its own row; no round is an error, not an empty row.
+  EXPECT_DOUBLE_EQ(median_round({round(15, 10, 98, 990)}).step_ratio(), 1.5);
+  EXPECT_THROW(median_round({}), std::invalid_argument);
 }
 
 TEST(PlanFit, FastestFirstAndOnlyWhatFits) {

@@ -18,6 +18,7 @@
 
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
+#include "fsdp/cpu_heap.h"
 #include "calibration_sizes.h"
 #include "gpt_workload.h"
 #include "hardware_profile.h"
@@ -95,18 +96,20 @@ double median_over_ranks(fsdp::ProcessGroup& group, double mine) {
 }
 
 // [Note: resident memory beyond the tensors]
-// A rank's resident memory exceeds its runtime plus its live tensors: glibc
-// serves large tensors from the heap once freed ones have raised its mmap
-// threshold, and keeps what is freed there, fragmented, for reuse (forcing
-// mmap, MALLOC_MMAP_THRESHOLD_=131072, returns it but made fsdp-train's
-// steps ~25% slower here). How much is kept depends on the allocator and the
+// A rank's resident memory exceeds its runtime plus its live tensors:
+// fsdp-train keeps freed memory in glibc's heap for reuse ([Note: freed CPU
+// memory kept for reuse] in fsdp/cpu_heap.h), fragmented, and calibrate
+// keeps it the same way. How much is kept depends on the allocator and the
 // workload, so calibrate measures it on the workload the planner models: a
 // few AdamW steps of a GPT, as the fraction of the tensor peak that the
 // resident high-water mark exceeds it by, on a model wide enough that
 // glibc's fixed arenas do not dwarf its tensors, and first, before other
-// workloads have left freed memory in the heap.
-double measure_retention() {
-  const WorkloadResult wide = run_gpt_workload({2, 256, 4, 64, 256}, 4, 3);
+// workloads have left freed memory in the heap. The GPT is sharded over all
+// the ranks, as fsdp-train's: the communication thread allocates from an
+// arena of its own, which keeps its own freed memory (here 27% beyond the
+// tensors at one rank, 74% at two).
+double measure_retention(const fsdp::ProcessGroupPtr& world) {
+  const WorkloadResult wide = run_gpt_workload({2, 256, 4, 64, 256}, 4, 3, false, world);
   return std::max(0.0, wide.resident_beyond / wide.tensor_peak);
 }
 
@@ -170,15 +173,20 @@ ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measure
 // reduce-scatter over p ranks has p - 1, an all-reduce 2(p - 1)); the
 // profile keeps the median over sizes. Counting ring steps, not units,
 // charges `grad-op` (no gather in backward) and `none` (one all-reduce)
-// less than `full`, as measured. Shipped GPU profiles leave it at 0: NCCL
-// runs on the GPU's own engines and its launches cost microseconds.
-double fit_sync_per_ring_step(const fsdp::ProcessGroupPtr& world, const HardwareProfile& measured) {
+// less than `full`, as measured. It is fitted in fp32 and again in bf16,
+// whose gathers move half the bytes: on a CPU with native bf16 matmuls the
+// fp32 figure over-planned bf16 steps by up to 30%. Shipped GPU profiles
+// leave both at 0: NCCL runs on the GPU's own engines and its launches cost
+// microseconds.
+double fit_sync_per_ring_step(const fsdp::ProcessGroupPtr& world, const HardwareProfile& measured,
+                              bool bf16) {
   TrainingSetup sharded;
   sharded.nproc_per_node = world->size();
   sharded.micro_batch = kCalibrationBatch;
+  sharded.bf16 = bf16;
   std::vector<double> per_step;
   for (const GptSizes& size : calibration_gpt_sizes()) {
-    const WorkloadResult run = run_gpt_workload(size, sharded.micro_batch, 9, false, world);
+    const WorkloadResult run = run_gpt_workload(size, sharded.micro_batch, 9, bf16, world);
     const TimePlan plan = plan_time(gpt_model_spec(size), sharded, measured);
     per_step.push_back((median_over_ranks(*world, run.step_s) - plan.step_s) / plan.ring_steps);
   }
@@ -199,7 +207,8 @@ int relaunch_under_fsdp_run(const CalibrateOptions& o, const std::string& self) 
              o.nproc_per_node == 1 ? "" : "s", run.string());
   std::fflush(stdout);
   std::vector<std::string> args = {run.string(), "--standalone", "--nproc-per-node", n, "--",
-                                   self, "calibrate", "--output", o.output};
+                                   self, "calibrate", "--output", o.output,
+                                   "--repeats", std::to_string(o.repeats)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -267,6 +276,10 @@ HardwareProfile measure(const fsdp::ProcessGroupPtr& world_ptr, const fsdp::Laun
   matmul_flops(at::kFloat, 0);  // thread pools and BLAS buffers up before the runtime is read
   prof.runtime_bytes = median_over_ranks(world, proc_status_bytes("VmRSS:"));
   say(fmt::format("runtime resident memory {:.0f} MiB", prof.runtime_bytes / (1 << 20)));
+  // Before the rate measurements, whose freed buffers (256 MiB for the
+  // copy) stay in the heap and would hide the workload's own growth.
+  prof.allocator_retention = median_over_ranks(world, measure_retention(world_ptr));
+  say(fmt::format("the allocator keeps {:.0f}% beyond the tensors", 100 * prof.allocator_retention));
   prof.peak_flops_fp32 = median_over_ranks(world, matmul_flops(at::kFloat, budget));
   say(fmt::format("matmul fp32 {:.1f} GFLOP/s per rank", prof.peak_flops_fp32 / 1e9));
   prof.peak_flops_bf16 = median_over_ranks(world, matmul_flops(at::kBFloat16, budget));
@@ -274,8 +287,6 @@ HardwareProfile measure(const fsdp::ProcessGroupPtr& world_ptr, const fsdp::Laun
   prof.memory_bytes_per_s = median_over_ranks(world, copy_bytes_per_s(budget));
   say(fmt::format("memory {:.1f} GB/s per rank", prof.memory_bytes_per_s / 1e9));
   prof.host_link_bytes_per_s = prof.host_memory_bytes_per_s = prof.memory_bytes_per_s;
-  prof.allocator_retention = median_over_ranks(world, measure_retention());
-  say(fmt::format("the allocator keeps {:.0f}% beyond the tensors", 100 * prof.allocator_retention));
   for (const bool bf16 : {false, true}) {
     const ComputeFit fit = fit_compute(world, prof, bf16);
     (bf16 ? prof.bf16_achieved_fraction : prof.achieved_fraction) = fit.achieved_fraction;
@@ -290,9 +301,12 @@ HardwareProfile measure(const fsdp::ProcessGroupPtr& world_ptr, const fsdp::Laun
                     prof.intra_node.bytes_per_s / 1e9));
     prof.comm_compute_overlap = median_over_ranks(world, measure_overlap(world, budget));
     say(fmt::format("communication overlaps compute: {:.0f}%", 100 * prof.comm_compute_overlap));
-    prof.sync_per_ring_step_s = fit_sync_per_ring_step(world_ptr, prof);
-    say(fmt::format("sharded GPT steps: {:.2f} ms per ring step beyond the plan",
-                    1e3 * prof.sync_per_ring_step_s));
+    for (const bool bf16 : {false, true}) {
+      (bf16 ? prof.bf16_sync_per_ring_step_s : prof.sync_per_ring_step_s) =
+          fit_sync_per_ring_step(world_ptr, prof, bf16);
+      say(fmt::format("sharded GPT steps in {}: {:.2f} ms per ring step beyond the plan",
+                      bf16 ? "bf16" : "fp32", 1e3 * prof.sync_per_ring_step(bf16)));
+    }
   } else {
     // One rank sends nothing; the profile still needs a link to be a valid
     // one, so it gets a local copy's cost and says so.
@@ -321,6 +335,7 @@ int calibrate(const CalibrateOptions& o, const std::string& self) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(omp && std::atoi(omp) > 0 ? std::atoi(omp)
                                                 : std::max(1, cores / env.local_world_size));
+  fsdp::keep_freed_cpu_memory();  // as fsdp-train does, whose steps calibrate measures
   auto world = fsdp::init_process_group_from_env();
   const bool rank0 = world->rank() == 0;
   const Say say = [&](const std::string& what) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "json_text.h"
 
@@ -101,9 +102,14 @@ HardwareProfile from_json(const rapidjson::Value& j, const std::string& path) {
                                          "fraction from 0 to 1", path, p.comm_compute_overlap));
   }
   p.sync_per_ring_step_s = number_or(j, "sync_per_ring_step_s", 0.0, where);
-  if (p.sync_per_ring_step_s < 0) {
-    throw std::runtime_error(fmt::format("profile '{}': sync_per_ring_step_s is {}; it is a time "
-                                         "in seconds, 0 or more", path, p.sync_per_ring_step_s));
+  p.bf16_sync_per_ring_step_s =
+      number_or(j, "bf16_sync_per_ring_step_s", p.sync_per_ring_step_s, where);
+  for (const auto& [key, value] : {std::pair{"sync_per_ring_step_s", p.sync_per_ring_step_s},
+                                   std::pair{"bf16_sync_per_ring_step_s", p.bf16_sync_per_ring_step_s}}) {
+    if (value < 0) {
+      throw std::runtime_error(fmt::format("profile '{}': {} is {}; it is a time in seconds, 0 or "
+                                           "more", path, key, value));
+    }
   }
   if (p.peak_flops_fp32 <= 0 || p.memory_bytes <= 0 || p.memory_bytes_per_s <= 0 ||
       p.intra_node.bytes_per_s <= 0 || p.inter_node.bytes_per_s <= 0 || p.ranks_per_node < 1) {
@@ -181,6 +187,7 @@ std::string profile_to_json(const HardwareProfile& p) {
   write_link(w, "inter_node", p.inter_node);
   write_number(w, "comm_compute_overlap", p.comm_compute_overlap);
   write_number(w, "sync_per_ring_step_s", p.sync_per_ring_step_s);
+  write_number(w, "bf16_sync_per_ring_step_s", p.bf16_sync_per_ring_step_s);
   w.EndObject();
   return buffer.GetString();
 }

@@ -52,7 +52,7 @@ HardwareProfile median_profile(const std::vector<HardwareProfile>& passes) {
   for (double HardwareProfile::*f :
        {&HardwareProfile::memory_bytes_per_s, &HardwareProfile::host_link_bytes_per_s,
         &HardwareProfile::host_memory_bytes_per_s, &HardwareProfile::comm_compute_overlap,
-        &HardwareProfile::sync_per_ring_step_s}) {
+        &HardwareProfile::sync_per_ring_step_s, &HardwareProfile::bf16_sync_per_ring_step_s}) {
     std::vector<double> v;
     for (const auto& p : passes) v.push_back(p.*f);
     out.*f = median(v);

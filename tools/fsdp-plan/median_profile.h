@@ -1,7 +1,7 @@
 #pragma once
 // One profile from several measurements of the same machine ([Note:
 // repeated calibration] in median_profile.cpp): calibrate's passes within
-// one process, and validate's rounds of calibrate processes.
+// one process (`calibrate --repeats`).
 
 #include <vector>
 

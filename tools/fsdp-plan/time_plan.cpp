@@ -121,7 +121,7 @@ TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwarePro
     t.offload_s = (in + 4 * shard_elements) / hw.host_link_bytes_per_s;
   }
   // [Note: synchronization calibrated on sharded steps] in calibrate.cpp.
-  t.sync_overhead_s = t.ring_steps * hw.sync_per_ring_step_s;
+  t.sync_overhead_s = t.ring_steps * hw.sync_per_ring_step(s.bf16);
   t.step_s = t.compute_s + t.exposed_comm_s + t.sync_overhead_s + t.optimizer_s + t.offload_s;
   const double global_tokens = tokens * static_cast<double>(s.grad_accum) * s.world_size();
   t.tokens_per_s = global_tokens / t.step_s;

@@ -15,7 +15,6 @@
 
 #include "hardware_profile.h"
 #include "json_text.h"
-#include "median_profile.h"
 #include "memory_plan.h"
 #include "model_spec.h"
 #include "plan_report.h"
@@ -97,6 +96,7 @@ HardwareProfile shared_by(const HardwareProfile& calibrated, int ranks) {
   p.unit_overhead_s /= scale;
   p.bf16_unit_overhead_s /= scale;
   p.sync_per_ring_step_s /= scale;
+  p.bf16_sync_per_ring_step_s /= scale;
   for (Link* link : {&p.intra_node, &p.inter_node}) {
     link->latency_s /= scale;
     link->bytes_per_s *= scale;
@@ -107,6 +107,10 @@ HardwareProfile shared_by(const HardwareProfile& calibrated, int ranks) {
 
 struct Measured {
   double tensor_bytes = 0, resident_bytes = 0, step_s = 0;
+};
+
+struct Round {
+  int number = 1, count = 1;
 };
 
 // The largest of a per-rank array.
@@ -157,26 +161,6 @@ Measured run_case(const Case& c, const ValidateOptions& o, const fs::path& work,
   return m;
 }
 
-// [Note: interleaved rounds]
-// A run on this VM is sometimes slow throughout: the same one-rank case
-// measured 35-40 ms a step in some runs and 55-59 ms in others, every step
-// alike, so more steps do not help. Each case therefore runs once per round,
-// every case in a round before the next round starts, and the plan is
-// compared with the median of its runs' step times. Memory figures are
-// peaks, so they take the most any run reached.
-Measured median_run(const std::vector<Measured>& runs) {
-  Measured m;
-  std::vector<double> steps;
-  for (const Measured& run : runs) {
-    m.tensor_bytes = std::max(m.tensor_bytes, run.tensor_bytes);
-    m.resident_bytes = std::max(m.resident_bytes, run.resident_bytes);
-    steps.push_back(run.step_s);
-  }
-  std::nth_element(steps.begin(), steps.begin() + steps.size() / 2, steps.end());
-  m.step_s = steps[steps.size() / 2];
-  return m;
-}
-
 CaseResult compare_with_plan(const Case& c, const Measured& m, const HardwareProfile& hw) {
   const ModelSpec model = gpt_model_spec(c.gpt);
   TrainingSetup s;
@@ -208,63 +192,69 @@ std::vector<int> worlds_of(const std::vector<Case>& all) {
   return worlds;
 }
 
-// The profile each world size is planned with: calibrated at that many
-// ranks, or --profile scaled ([Note: validating on one small machine]).
-// Calibration runs in rounds like the cases ([Note: interleaved rounds]):
-// each round one calibrate process per world size, whose slow or fast state
-// is its own; the plan uses the median of the rounds' profiles.
-std::map<int, HardwareProfile> profiles_by_world(const std::vector<Case>& all, int rounds,
+// The profile each world size is planned with in one round: calibrated at
+// that many ranks, one calibrate process each, or --profile scaled ([Note:
+// validating on one small machine]).
+std::map<int, HardwareProfile> profiles_by_world(const std::vector<Case>& all, const Round& round,
                                                  const ValidateOptions& o, const fs::path& work) {
   std::map<int, HardwareProfile> profiles;
-  if (!o.profile.empty()) {
-    for (int world : worlds_of(all)) profiles[world] = shared_by(load_profile(o.profile), world);
-    return profiles;
-  }
-  std::map<int, std::vector<HardwareProfile>> passes;
-  for (int round = 1; round <= rounds; ++round) {
-    for (int world : worlds_of(all)) {
-      const fs::path path = work / fmt::format("profile-{}.json", world);
-      fmt::print("[round {}/{}] calibrating this machine at {} rank{} ({}/fsdp-plan calibrate)...\n",
-                 round, rounds, world, world == 1 ? "" : "s", o.bin_dir);
-      std::fflush(stdout);
-      run_or_throw(fmt::format("{}/fsdp-plan calibrate --nproc-per-node {} --repeats 1 --output {}",
-                               o.bin_dir, world, path.string()),
-                   work / "calibrate.log");
-      passes[world].push_back(load_profile(path.string()));
+  for (int world : worlds_of(all)) {
+    if (!o.profile.empty()) {
+      profiles[world] = shared_by(load_profile(o.profile), world);
+      continue;
     }
+    const fs::path path = work / fmt::format("profile-{}.json", world);
+    fmt::print("[round {}/{}] calibrating this machine at {} rank{} ({}/fsdp-plan calibrate)...\n",
+               round.number, round.count, world, world == 1 ? "" : "s", o.bin_dir);
+    std::fflush(stdout);
+    run_or_throw(fmt::format("{}/fsdp-plan calibrate --nproc-per-node {} --repeats 1 --output {}",
+                             o.bin_dir, world, path.string()),
+                 work / "calibrate.log");
+    profiles[world] = load_profile(path.string());
   }
-  for (const auto& [world, measured] : passes) profiles[world] = median_profile(measured);
   return profiles;
 }
 
 }  // namespace
 
+// [Note: interleaved rounds]
+// A process on this VM is sometimes slow throughout (the same one-rank case
+// measured 35-40 ms a step in some runs and 55-59 ms in others, every step
+// alike, so more steps do not help), and the whole machine drifts over
+// minutes: one run's table measured 17 ms for a step that took 10-11 ms in
+// the others. So validate runs in rounds. A round calibrates at every rank
+// count, one calibrate process each, then runs every case once and plans it
+// with that round's profile; the table shows each case's median round
+// ([Note: a case's median round] in case_result.h). Calibrating once up
+// front and comparing with later runs had the plan and the measurement in
+// different states of the machine.
 std::vector<CaseResult> validate_cases(const ValidateOptions& o) {
   const fs::path work = fs::temp_directory_path() / fmt::format("fsdp-plan-validate-{}", ::getpid());
   fs::create_directories(work);
   const std::vector<Case> all = cases(o.quick);
   // --quick asserts bytes only; one round is enough for them.
-  const int rounds = o.quick ? 1 : 3;  // [Note: interleaved rounds]
-  const std::map<int, HardwareProfile> profiles = profiles_by_world(all, rounds, o, work);
-  std::vector<std::vector<Measured>> runs(all.size());
-  for (int round = 1; round <= rounds; ++round) {
+  const int rounds = o.quick ? 1 : 3;
+  std::vector<std::vector<CaseResult>> by_case(all.size());
+  for (int number = 1; number <= rounds; ++number) {
+    const Round round{number, rounds};
+    const std::map<int, HardwareProfile> profiles = profiles_by_world(all, round, o, work);
     for (size_t i = 0; i < all.size(); ++i) {
-      fmt::print("[round {}/{}, case {}/{}] {}\n", round, rounds, i + 1, all.size(), all[i].name());
+      fmt::print("[round {}/{}, case {}/{}] {}\n", number, rounds, i + 1, all.size(), all[i].name());
       std::fflush(stdout);
-      runs[i].push_back(run_case(all[i], o, work, o.quick ? 3 : 10));
+      const Measured m = run_case(all[i], o, work, o.quick ? 3 : 10);
+      by_case[i].push_back(compare_with_plan(all[i], m, profiles.at(all[i].world)));
     }
   }
   std::vector<CaseResult> results;
-  for (size_t i = 0; i < all.size(); ++i) {
-    results.push_back(compare_with_plan(all[i], median_run(runs[i]), profiles.at(all[i].world)));
-  }
+  for (const auto& case_rounds : by_case) results.push_back(median_round(case_rounds));
   fs::remove_all(work);
   return results;
 }
 
 int report_validation(const std::vector<CaseResult>& results) {
-  fmt::print("\n{:<30} {:>11} {:>11} {:>6}   {:>11} {:>11} {:>6}   {:>9} {:>9} {:>6}\n", "case",
-             "tensors", "measured", "ratio", "resident", "measured", "ratio", "step", "measured", "ratio");
+  fmt::print("\n{:<30} {:>11} {:>11} {:>6}   {:>11} {:>11} {:>6}   {:>9} {:>9} {:>6} {:>11}\n",
+             "case", "tensors", "measured", "ratio", "resident", "measured", "ratio", "step",
+             "measured", "ratio", "rounds");
   double worst_tensor = 1, worst_resident = 1, worst_time = 1;
   const auto worse = [](double& worst, double ratio) {
     if (std::fabs(std::log(ratio)) > std::fabs(std::log(worst))) worst = ratio;
@@ -276,10 +266,12 @@ int report_validation(const std::vector<CaseResult>& results) {
     worse(worst_tensor, tensor);
     worse(worst_resident, resident);
     worse(worst_time, time);
-    fmt::print("{:<30} {:>11} {:>11} {:>6.3f}   {:>11} {:>11} {:>6.3f}   {:>7.1f}ms {:>7.1f}ms {:>6.3f}\n",
+    fmt::print("{:<30} {:>11} {:>11} {:>6.3f}   {:>11} {:>11} {:>6.3f}   {:>7.1f}ms {:>7.1f}ms {:>6.3f} "
+               "{:>5.2f}-{:<5.2f}\n",
                r.name, human_bytes(r.planned_tensor_bytes), human_bytes(r.measured_tensor_bytes), tensor,
                human_bytes(r.planned_resident_bytes), human_bytes(r.measured_resident_bytes), resident,
-               1e3 * r.planned_step_s, 1e3 * r.measured_step_s, time);
+               1e3 * r.planned_step_s, 1e3 * r.measured_step_s, time, r.lowest_round_ratio,
+               r.highest_round_ratio);
   }
   fmt::print("\nworst planned/measured: tensor bytes {:.3f} (goal within 5%), resident {:.3f} (15%), "
              "step time {:.3f} (25%)\n",

@@ -15,13 +15,15 @@
 // twofold, and a collective waits for a peer that is not scheduled. So
 // validate calibrates at each rank count its cases use (1, 2 and 4), in
 // rounds with the cases ([Note: interleaved rounds] in validate.cpp), and
-// plans each case with its own count's profile. A profile given with
+// plans each case with its own count's profile from the same round. A profile given with
 // --profile is instead scaled by its ranks / the case's ranks (rates
 // shrink, fixed costs and latency grow), which is cruder. Memory needs
 // neither: the counted bytes are what a rank allocates wherever it runs.
 
 #include <string>
 #include <vector>
+
+#include "case_result.h"
 
 namespace fsdp_plan {
 
@@ -30,13 +32,6 @@ struct ValidateOptions {
   std::string profile;        // "" = calibrate now, at each rank count
   std::string bin_dir;        // where fsdp-run, fsdp-train (and fsdp-plan) are
   std::string data;           // fsdp-train's --data; "" = its default corpus
-};
-
-struct CaseResult {
-  std::string name;
-  double planned_tensor_bytes = 0, measured_tensor_bytes = 0;
-  double planned_resident_bytes = 0, measured_resident_bytes = 0;
-  double planned_step_s = 0, measured_step_s = 0;
 };
 
 // Runs every case; throws with the trainer's output when a run fails.

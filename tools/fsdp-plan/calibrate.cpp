@@ -20,6 +20,7 @@
 #include "fsdp/comm/process_group.h"
 #include "fsdp/cpu_heap.h"
 #include "calibration_sizes.h"
+#include "compute_fit.h"
 #include "gpt_workload.h"
 #include "hardware_profile.h"
 #include "median_profile.h"
@@ -113,48 +114,48 @@ double measure_retention(const fsdp::ProcessGroupPtr& world) {
   return std::max(0.0, wide.resident_beyond / wide.tensor_peak);
 }
 
+using Say = std::function<void(const std::string&)>;
+
 // [Note: compute calibrated on the GPT]
 // A matmul's rate overstates what a training step achieves: elementwise
 // operations, per-operation and per-unit overhead (hooks, the optimizer's
 // per-parameter loop) add time that shrinks in proportion as a model grows.
-// Calibrate times the GPT's steps at four sizes (two depths x two widths,
+// Calibrate times the GPT's steps at six sizes (two depths x three widths,
 // none of them a size `validate` checks) and fits the planner's compute
 // model, t - optimizer = flops / (fraction x matmul rate) + units x unit
-// cost, to all four by least squares: the achieved fraction and the cost per
-// unit. The points are each size's median step over the ranks, so every
-// rank fits the same ones and one rank's slow steps do not skew a fit of
-// their own. Separately for fp32 and for bf16 mixed precision, whose casts
-// and elementwise work cost more on a CPU without native bf16 arithmetic.
-// The ranks run the steps at once, so the fit includes what sharing the
+// cost, to all six by least squares (compute_fit.h): the achieved fraction
+// and the cost per unit. The narrowest width, 48, pins the cost per unit,
+// which the smallest models' steps are mostly made of: fitted on widths 96
+// and 192 alone, it varied from 1.8 to 3.1 ms between calibrations on this
+// VM, and the 2 x 64 GPT was planned at 1.04-1.60 of its measured step.
+// The points are each size's median step over the ranks, so every rank fits
+// the same ones and one rank's slow steps do not skew a fit of their own.
+// Separately for fp32 and for bf16 mixed precision, whose casts and
+// elementwise work cost more on a CPU without native bf16 arithmetic. The
+// ranks run the steps at once, so the fit includes what sharing the
 // machine's cores and memory costs at this many ranks.
-struct ComputeFit {
-  double achieved_fraction = 1, unit_overhead_s = 0;
-};
-
-ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measured, bool bf16) {
-  const int64_t batch = kCalibrationBatch;
+ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measured, bool bf16,
+                       const Say& say) {
   HardwareProfile ideal = measured;
   ideal.achieved_fraction = ideal.bf16_achieved_fraction = 1;
   ideal.unit_overhead_s = ideal.bf16_unit_overhead_s = 0;
   TrainingSetup one;
-  one.micro_batch = batch;
+  one.micro_batch = kCalibrationBatch;
   one.bf16 = bf16;
-  // y = a x + c u, with x the ideal compute time, u the units, a = 1 / fraction.
-  double sxx = 0, sxu = 0, suu = 0, sxy = 0, suy = 0;
-  ComputeFit fit;
+  std::vector<ComputePoint> points;
   for (const GptSizes& size : calibration_gpt_sizes()) {
-    const WorkloadResult run = run_gpt_workload(size, batch, 9, bf16);
+    const WorkloadResult run = run_gpt_workload(size, one.micro_batch, 9, bf16);
     const ModelSpec spec = gpt_model_spec(size);
     const TimePlan plan = plan_time(spec, one, ideal);
-    const double x = plan.compute_s, u = static_cast<double>(spec.units.size());
     // Every rank fits the same points: each size's median step over ranks.
-    const double y = median_over_ranks(world, run.step_s) - plan.optimizer_s;
-    sxx += x * x, sxu += x * u, suu += u * u, sxy += x * y, suy += u * y;
+    points.push_back({fmt::format("{}x{}", size.layers, size.width), plan.compute_s,
+                      static_cast<double>(spec.units.size()),
+                      median_over_ranks(world, run.step_s) - plan.optimizer_s});
   }
-  const double det = sxx * suu - sxu * sxu;
-  const double a = std::clamp(det > 0 ? (sxy * suu - suy * sxu) / det : 1.0, 1.0, 100.0);
-  fit.achieved_fraction = 1 / a;
-  fit.unit_overhead_s = std::max(0.0, (suy - a * sxu) / suu);  // c for the clamped a
+  const ComputeFit fit = fit_compute_model(points);
+  say(fmt::format("GPT steps in {}: {:.0f}% of the matmul rate, {:.2f} ms per unit",
+                  bf16 ? "bf16" : "fp32", 100 * fit.achieved_fraction, 1e3 * fit.unit_overhead_s));
+  say(fmt::format("  fitted/measured per GPT size: {}", fit_summary(fit, points)));
   return fit;
 }
 
@@ -166,7 +167,7 @@ ComputeFit fit_compute(fsdp::ProcessGroup& world, const HardwareProfile& measure
 // slows down. Calibrate's all-gathers, run back to back on idle ranks, see
 // little of this: on this 2-core VM, GPT steps at two ranks took 8-12 ms
 // (3 blocks) to 30-40 ms (7 blocks) longer than the plan from those
-// figures, at every strategy. So calibrate runs the four GPT sizes of
+// figures, at every strategy. So calibrate runs the six GPT sizes of
 // [Note: compute calibrated on the GPT] again, fully sharded over all its
 // ranks, and takes per size the measured step less the step planned
 // without this cost, per ring step the plan counts (an all-gather or a
@@ -191,7 +192,8 @@ double fit_sync_per_ring_step(const fsdp::ProcessGroupPtr& world, const Hardware
     per_step.push_back((median_over_ranks(*world, run.step_s) - plan.step_s) / plan.ring_steps);
   }
   std::sort(per_step.begin(), per_step.end());
-  return std::max(0.0, (per_step[1] + per_step[2]) / 2);
+  const size_t n = per_step.size();
+  return std::max(0.0, (per_step[(n - 1) / 2] + per_step[n / 2]) / 2);
 }
 
 int relaunch_under_fsdp_run(const CalibrateOptions& o, const std::string& self) {
@@ -216,8 +218,6 @@ int relaunch_under_fsdp_run(const CalibrateOptions& o, const std::string& self) 
   fmt::print(stderr, "fsdp-plan calibrate: cannot run {}\n", run.string());
   return 1;
 }
-
-using Say = std::function<void(const std::string&)>;
 
 // [Note: measured overlap]
 // On a GPU a collective runs beside the compute kernels. On CPU ranks it
@@ -288,12 +288,9 @@ HardwareProfile measure(const fsdp::ProcessGroupPtr& world_ptr, const fsdp::Laun
   say(fmt::format("memory {:.1f} GB/s per rank", prof.memory_bytes_per_s / 1e9));
   prof.host_link_bytes_per_s = prof.host_memory_bytes_per_s = prof.memory_bytes_per_s;
   for (const bool bf16 : {false, true}) {
-    const ComputeFit fit = fit_compute(world, prof, bf16);
+    const ComputeFit fit = fit_compute(world, prof, bf16, say);
     (bf16 ? prof.bf16_achieved_fraction : prof.achieved_fraction) = fit.achieved_fraction;
     (bf16 ? prof.bf16_unit_overhead_s : prof.unit_overhead_s) = fit.unit_overhead_s;
-    say(fmt::format("GPT steps in {}: {:.0f}% of the matmul rate, {:.2f} ms per unit",
-                    bf16 ? "bf16" : "fp32", 100 * prof.achieved_fraction_for(bf16),
-                    1e3 * prof.unit_overhead(bf16)));
   }
   if (world.size() > 1) {
     prof.intra_node = prof.inter_node = measure_link(world, budget);

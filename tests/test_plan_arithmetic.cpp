@@ -240,6 +240,22 @@ TEST(PlanTime, ComputeCommunicationAndWhatIsExposed) {
   EXPECT_DOUBLE_EQ(t.tokens_per_s, 8 / t.step_s);
 }
 
+TEST(PlanTime, TheOptimizerStreamsItsPassesOverTheShardAtMemoryBandwidth) {
+  // The hand model's shards at two ranks: 5 + 4 + 4 = 13 elements of 4
+  // bytes, at 1e6 bytes/s; AdamW 16 copy-passes, SGD with momentum 5, SGD 2.
+  TrainingSetup s = two_ranks();
+  EXPECT_DOUBLE_EQ(plan_time(hand_model(), s, hand_profile()).optimizer_s, 16 * 13 * 4 / 1e6);
+  s.optimizer = Optimizer::kSgdMomentum;
+  EXPECT_DOUBLE_EQ(plan_time(hand_model(), s, hand_profile()).optimizer_s, 5 * 13 * 4 / 1e6);
+  s.optimizer = Optimizer::kSgd;
+  EXPECT_DOUBLE_EQ(plan_time(hand_model(), s, hand_profile()).optimizer_s, 2 * 13 * 4 / 1e6);
+  // Offloaded, the step runs on the host at its own bandwidth.
+  s.offload = true;
+  HardwareProfile hw = hand_profile();
+  hw.host_memory_bytes_per_s = 4e6;
+  EXPECT_DOUBLE_EQ(plan_time(hand_model(), s, hw).optimizer_s, 2 * 13 * 4 / 4e6);
+}
+
 TEST(PlanTime, PrefetchHidesGathersBehindCompute) {
   TrainingSetup s = two_ranks();
   HardwareProfile hw = hand_profile();

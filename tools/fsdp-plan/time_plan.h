@@ -25,6 +25,10 @@ struct TimePlan {
   double bytes_sent = 0;
 };
 
+// The optimizer step's cost in passes over the fp32 shard at the profile's
+// (copy) memory bandwidth ([Note: the optimizer's passes over the shard]).
+double optimizer_passes(Optimizer optimizer);
+
 TimePlan plan_time(const ModelSpec& model, const TrainingSetup& setup,
                    const HardwareProfile& profile);
 

@@ -74,6 +74,7 @@ int plan_or_fit(const PlanCommandLine& o) {
 int validate(const PlanCommandLine& o, const std::string& self) {
   ValidateOptions v;
   v.quick = o.validate_quick;
+  v.rounds = o.validate_rounds;
   v.data = o.validate_data;
   v.profile = o.profile == "h100-sxm" ? "" : o.profile;  // the default is not this machine
   v.bin_dir = std::filesystem::path(self).parent_path().string();

@@ -103,8 +103,9 @@ ParsedCommandLine parse_command_line(int argc, char** argv) {
   cal->add_option("--output", o.calibrate.output, "the profile to write")->required();
   cal->add_option("--repeats", o.calibrate.repeats, "measurement passes; each timing figure is their median (this machine's speed drifts)")->capture_default_str()->check(CLI::Range(1, 100));
   cal->add_option("--nproc-per-node", o.calibrate.nproc_per_node, "ranks to measure with (each gets cores / ranks threads; the link needs at least 2)")->capture_default_str()->check(CLI::Range(1, 1024));
-  auto* val = app.add_subcommand("validate", "plan against measured fsdp-train runs on this machine, in three rounds, each calibrating and then running every case; about 8 minutes on 2 cores (docs/planner.md)");
+  auto* val = app.add_subcommand("validate", "plan against measured fsdp-train runs on this machine, in rounds, each calibrating and then running every case; about 2.5 minutes a round on 2 cores (docs/planner.md)");
   val->add_flag("--quick", o.validate_quick, "a few small cases, one round only");
+  val->add_option("--rounds", o.validate_rounds, "rounds; each case's row is its median round (this machine's speed drifts)")->capture_default_str()->check(CLI::Range(1, 25));
   val->add_option("--data", o.validate_data, "the text file each case trains on (default: fsdp-train's, Debian's fortunes)")->check(CLI::ExistingFile);
   val->fallthrough();  // --profile FILE: a calibrated profile instead of calibrating now
   app.add_subcommand("anchors", "the published figures the planner reproduces");

@@ -26,6 +26,7 @@ struct PlanCommandLine {
   size_t top = 10;
   CalibrateOptions calibrate;
   bool validate_quick = false;
+  int validate_rounds = 5;
   std::string validate_data;  // validate: the trainer's --data
 };
 

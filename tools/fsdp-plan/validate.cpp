@@ -227,13 +227,16 @@ std::map<int, HardwareProfile> profiles_by_world(const std::vector<Case>& all, c
 // with that round's profile; the table shows each case's median round
 // ([Note: a case's median round] in case_result.h). Calibrating once up
 // front and comparing with later runs had the plan and the measurement in
-// different states of the machine.
+// different states of the machine. Five rounds by default: the 2 x 64
+// GPT's rounds spread by up to 2x within one run (0.62-1.42 of its plan),
+// and with three rounds its median round fell outside 25% in one run of
+// three.
 std::vector<CaseResult> validate_cases(const ValidateOptions& o) {
   const fs::path work = fs::temp_directory_path() / fmt::format("fsdp-plan-validate-{}", ::getpid());
   fs::create_directories(work);
   const std::vector<Case> all = cases(o.quick);
   // --quick asserts bytes only; one round is enough for them.
-  const int rounds = o.quick ? 1 : 3;
+  const int rounds = o.quick ? 1 : o.rounds;
   std::vector<std::vector<CaseResult>> by_case(all.size());
   for (int number = 1; number <= rounds; ++number) {
     const Round round{number, rounds};

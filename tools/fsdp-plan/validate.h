@@ -29,6 +29,7 @@ namespace fsdp_plan {
 
 struct ValidateOptions {
   bool quick = false;         // 4 small cases, 3 steps, one round: what `make test` runs
+  int rounds = 5;             // without --quick ([Note: interleaved rounds] in validate.cpp)
   std::string profile;        // "" = calibrate now, at each rank count
   std::string bin_dir;        // where fsdp-run, fsdp-train (and fsdp-plan) are
   std::string data;           // fsdp-train's --data; "" = its default corpus

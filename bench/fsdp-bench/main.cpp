@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "fsdp/cpu_heap.h"
 #include "fsdp/error_message.h"
 #include "suites.h"
 
@@ -22,6 +23,10 @@ constexpr fsdp::bench::SuiteRegistrar kSuites[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As fsdp-train does: the suites time training steps, which with glibc's
+  // defaults fault their freed buffers in again every step
+  // ([Note: freed CPU memory kept for reuse] in fsdp/cpu_heap.h).
+  fsdp::keep_freed_cpu_memory();
   CLI::App app{"fsdp-bench: benchmarks for libfsdp"};
   app.require_subcommand(1);
   for (auto add_suite : kSuites) add_suite(app);

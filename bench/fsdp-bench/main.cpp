@@ -17,6 +17,7 @@ constexpr fsdp::bench::SuiteRegistrar kSuites[] = {
     fsdp::bench::register_memory_suite,
     fsdp::bench::register_checkpoint_suite,
     fsdp::bench::register_activations_suite,
+    fsdp::bench::register_optimizer_suite,
     fsdp::bench::register_slowlink_suite,
 };
 

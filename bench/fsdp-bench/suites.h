@@ -28,6 +28,10 @@ void register_checkpoint_suite(CLI::App& app);
 // checkpointing off, every other block, every block.
 void register_activations_suite(CLI::App& app);
 
+// `fsdp-bench optimizer`: LibTorch's optimizer steps in passes over their
+// parameters, against a copy (what fsdp-plan charges them).
+void register_optimizer_suite(CLI::App& app);
+
 // `fsdp-bench slowlink` (root): fp32, bf16 and int8 communication on two
 // namespaced nodes joined by a rate-limited link.
 void register_slowlink_suite(CLI::App& app);

@@ -63,12 +63,15 @@ double exposed_reductions(const std::vector<UnitTimes>& units, double overlap) {
 // the denominator's square root, division and epsilon, the update), 22
 // reads and writes of a shard-sized fp32 tensor; SGD with momentum's is
 // three (8 reads and writes), plain SGD's one (3). The profile's memory
-// bandwidth is a copy's (a read and a write per element), and timed against
-// that copy, with freed memory kept, the steps took 13.6-19.5 copy-passes
-// (AdamW), 4.0-6.3 (SGD with momentum) and 1.5-2.0 (SGD) on this project's
-// 2-core VM, at 1 M to 16 M elements: about 0.7 of the count, since a
-// copy's write also reads its cache line in. The plan charges the measured
-// figures; before, it charged AdamW 10 passes, a minimal fused step.
+// bandwidth is a copy's (a read and a write per element), so the plan
+// charges each step in copy-passes, as `fsdp-bench optimizer` measures
+// them. On this project's 2-core VM at 4 M and 16 M elements, with one
+// thread (a rank's share when ranks share the cores), AdamW took 12.4-15.1,
+// SGD with momentum 4.2-4.9 and SGD 1.8-2.0 (two runs); with two threads,
+// 11.9-13.9, 4.3-4.6 and 1.7-2.0. A first, uninterleaved measurement gave
+// AdamW 13.6-19.5. The plan charges 16, 5 and 2 (16 is what validation in
+// docs/planner.md ran with). Before, it charged AdamW 10 passes, a minimal
+// fused step, and SGD 6.
 double optimizer_passes(Optimizer optimizer) {
   switch (optimizer) {
     case Optimizer::kAdamW: return 16;

@@ -126,7 +126,7 @@ using Say = std::function<void(const std::string&)>;
 // cost, to all six by least squares (compute_fit.h): the achieved fraction
 // and the cost per unit. The narrowest width, 48, pins the cost per unit,
 // which the smallest models' steps are mostly made of: fitted on widths 96
-// and 192 alone, it varied from 1.8 to 3.1 ms between calibrations on this
+// and 192 alone, it varied from 1.7 to 3.1 ms between calibrations on this
 // VM, and the 2 x 64 GPT was planned at 1.04-1.60 of its measured step.
 // The points are each size's median step over the ranks, so every rank fits
 // the same ones and one rank's slow steps do not skew a fit of their own.

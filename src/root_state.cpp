@@ -1,5 +1,6 @@
 #include "root_state.h"
 
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/graph_task.h>
@@ -8,6 +9,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "hook_ranges.h"
 #include "unit_name.h"
 
 namespace fsdp::detail {
@@ -118,6 +120,7 @@ void RootState::on_backward_hook() {
 // (units()), so every rank issues the same sequence whatever order its
 // backward ran in; then everything is waited for.
 void RootState::on_backward_done() {
+  RECORD_USER_SCOPE(kRootPostBackwardRange);
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_backward_step();
   reductions_.finish_all();
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_grad_reduction();

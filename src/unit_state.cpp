@@ -1,9 +1,11 @@
 #include "unit_state.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include "autograd_hooks.h"
+#include "hook_ranges.h"
 #include "root_state.h"
 #include "unit_name.h"
 
@@ -29,6 +31,7 @@ UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, 
 // recorded execution order (it neither records nor prefetches, forward or
 // backward), and every rank must make it, since it gathers.
 void UnitState::pre_forward(TensorRefs& inputs) {
+  RECORD_USER_SCOPE(kPreForwardRange);  // See [Note: the hooks' profiler ranges]
   RootState& root = *root_;
   const std::string& name = display_name(config_.name);
   const bool on_its_own = !config_.is_root && !root.root_forward_active();
@@ -74,6 +77,7 @@ bool UnitState::has_post_backward_work() const {
 }
 
 void UnitState::post_forward(TensorRefs& outputs) {
+  RECORD_USER_SCOPE(kPostForwardRange);  // See [Note: the hooks' profiler ranges]
   TORCH_INTERNAL_ASSERT(state_ == TrainingState::kForward);
   const bool grad_enabled = at::GradMode::is_enabled();
   if (config_.cast_outputs_to) cast_floating(outputs, *config_.cast_outputs_to);
@@ -152,6 +156,7 @@ void UnitState::check_params_unmodified() const {
 }
 
 void UnitState::pre_backward() {
+  RECORD_USER_SCOPE(kPreBackwardRange);  // See [Note: the hooks' profiler ranges]
   root_->on_backward_hook();
   if (state_ == TrainingState::kPreBackward) return;
   TORCH_CHECK(state_ == TrainingState::kIdle, "fsdp: backward reached unit '",
@@ -166,6 +171,7 @@ void UnitState::pre_backward() {
 }
 
 void UnitState::post_backward() {
+  RECORD_USER_SCOPE(kPostBackwardRange);  // See [Note: the hooks' profiler ranges]
   root_->on_backward_hook();
   if (pending_backwards_ > 0) --pending_backwards_;
   if (pending_backwards_ > 0 || state_ != TrainingState::kPreBackward) return;

@@ -13,6 +13,7 @@
 //   fsdp/summon_full_params.h  full parameters outside training (scoped guard)
 //   fsdp/deferred_init.h       defer_init: models too big for one rank
 //   fsdp/introspection.h       shard placement and memory accounting
+//   fsdp/hook_timer.h          wall time inside the hooks (profiling the framework)
 //   fsdp/shard_layout.h        the flat shard arithmetic
 //   fsdp/state_dict.h          full and sharded model state dicts, loading
 //   fsdp/error_message.h       an error's message without its C++ backtrace
@@ -40,6 +41,7 @@
 #include "fsdp/deferred_init.h"
 #include "fsdp/error_message.h"
 #include "fsdp/fully_shard.h"
+#include "fsdp/hook_timer.h"
 #include "fsdp/introspection.h"
 #include "fsdp/options.h"
 #include "fsdp/shard_layout.h"

@@ -4,13 +4,18 @@
 //
 // The same model is trained locally and under FSDP in the same run, at world
 // size 1, so no communication is involved: the difference is the framework's
-// hooks, state machine and autograd nodes.
+// hooks, state machine and autograd nodes. Then FSDP steps under an
+// fsdp::HookTimer, alternating with steps without one, say how much of that
+// is inside the hooks, hook by hook (the figure FSDP2's profiler ranges
+// give for it), and what the timer itself costs.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
+
+#include <algorithm>
 
 #include "bench_util.h"
 #include "fsdp/fsdp.h"
@@ -50,7 +55,14 @@ struct OverheadConfig {
   int64_t batch = 8;
   int reps = 200;
   int warmup = 10;
+  int hook_reps = 50;
   bool json = false;
+};
+
+// The hooks' time of FSDP steps under a HookTimer, and what the timer costs.
+struct HookBreakdown {
+  std::vector<HookTime> per_step;  // seconds per step, by range
+  double timer_cost_ms = 0;        // median of (timed - untimed) paired steps
 };
 
 // One training step; returns its wall time in ms.
@@ -62,6 +74,74 @@ double timed_step(Model& model, torch::optim::Optimizer& opt, const at::Tensor& 
   loss.backward();
   opt.step();
   return elapsed_ms(start);
+}
+
+template <class Model>
+HookBreakdown time_hooks(Model& model, torch::optim::Optimizer& opt, const at::Tensor& x,
+                         int reps) {
+  HookBreakdown out;
+  std::vector<HookTime> totals;
+  std::vector<double> diff_ms;
+  for (int rep = 0; rep < reps; ++rep) {
+    const double untimed = timed_step(model, opt, x);
+    HookTimer timer;
+    const double timed = timed_step(model, opt, x);
+    for (const HookTime& t : timer.take()) {
+      auto it = std::find_if(totals.begin(), totals.end(),
+                             [&](const HookTime& u) { return u.range == t.range; });
+      if (it == totals.end()) it = totals.insert(totals.end(), {t.range, 0, 0});
+      it->calls += t.calls;
+      it->seconds += t.seconds;
+    }
+    diff_ms.push_back(timed - untimed);
+  }
+  for (HookTime& t : totals) t.seconds /= reps;
+  out.per_step = std::move(totals);
+  out.timer_cost_ms = summarize(diff_ms).median_ms;
+  return out;
+}
+
+// "pre_forward" from "FSDP::pre_forward".
+std::string short_range(const std::string& range) {
+  const auto colons = range.find("::");
+  return colons == std::string::npos ? range : range.substr(colons + 2);
+}
+
+void print_overhead_json(const OverheadConfig& c, const Stats& local_stats,
+                         const Stats& fsdp_stats, double overhead_us, const HookBreakdown& hooks) {
+  const int units = c.units + 1;  // with the root, as print_hook_breakdown
+  JsonObject by_range;
+  for (const HookTime& t : hooks.per_step) by_range.push_back({short_range(t.range), 1e6 * t.seconds / units});
+  print_json_line({{"suite", "overhead"},
+                   {"units", c.units},
+                   {"width", c.width},
+                   {"batch", c.batch},
+                   {"world_size", 1},
+                   {"fsdp_step_ms", fsdp_stats.median_ms},
+                   {"fsdp_step_ms_min", fsdp_stats.min_ms},
+                   {"local_step_ms", local_stats.median_ms},
+                   {"local_step_ms_min", local_stats.min_ms},
+                   {"overhead_us_per_unit", overhead_us},
+                   {"hook_us_per_unit", 1e6 * total_seconds(hooks.per_step) / units},
+                   {"hook_us_per_unit_by_range", JsonValue::raw(json_object_text(by_range))},
+                   {"hook_timer_cost_us_per_unit", 1e3 * hooks.timer_cost_ms / units}});
+}
+
+// Per unit here counts the root too: it has hooks like any other unit.
+void print_hook_breakdown(const OverheadConfig& c, const HookBreakdown& hooks) {
+  const int units = c.units + 1;
+  std::printf("\ninside the hooks (fsdp::HookTimer, mean of %d steps; %d units with the root):\n\n",
+              c.hook_reps, units);
+  Table table({"hook", "calls per step", "us per unit per step"});
+  for (const HookTime& t : hooks.per_step) {
+    table.add_row({t.range, fmt::format("{:.0f}", static_cast<double>(t.calls) / c.hook_reps),
+                   fmt::format("{:.2f}", 1e6 * t.seconds / units)});
+  }
+  table.add_row({"all hooks", "", fmt::format("{:.2f}", 1e6 * total_seconds(hooks.per_step) / units)});
+  table.print();
+  std::printf("the timer's own cost (median of paired steps with and without it): %.2f us per "
+              "unit per step\n",
+              1e3 * hooks.timer_cost_ms / units);
 }
 
 void run_overhead(const OverheadConfig& c) {
@@ -87,19 +167,8 @@ void run_overhead(const OverheadConfig& c) {
   const Stats local_stats = summarize(local_ms);
   const Stats fsdp_stats = summarize(fsdp_ms);
   const double overhead_us = summarize(diff_ms).median_ms * 1000.0 / c.units;
-  if (c.json) {
-    print_json_line({{"suite", "overhead"},
-                     {"units", c.units},
-                     {"width", c.width},
-                     {"batch", c.batch},
-                     {"world_size", 1},
-                     {"fsdp_step_ms", fsdp_stats.median_ms},
-                     {"fsdp_step_ms_min", fsdp_stats.min_ms},
-                     {"local_step_ms", local_stats.median_ms},
-                     {"local_step_ms_min", local_stats.min_ms},
-                     {"overhead_us_per_unit", overhead_us}});
-    return;
-  }
+  const HookBreakdown hooks = time_hooks(sharded, fsdp_opt, x, c.hook_reps);
+  if (c.json) return print_overhead_json(c, local_stats, fsdp_stats, overhead_us, hooks);
   std::printf("fsdp-bench overhead: %d units of Linear(%ld,%ld)+ReLU, batch %ld, world size 1\n",
               c.units, static_cast<long>(c.width), static_cast<long>(c.width),
               static_cast<long>(c.batch));
@@ -114,6 +183,7 @@ void run_overhead(const OverheadConfig& c) {
   std::printf("\nframework overhead (median of paired step differences): %.2f us per unit per "
               "step (goal: <= 10)\n",
               overhead_us);
+  print_hook_breakdown(c, hooks);
 }
 
 }  // namespace
@@ -125,6 +195,11 @@ void register_overhead_suite(CLI::App& app) {
   sub->add_option("--width", config->width, "Linear width")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--batch", config->batch, "batch rows")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--reps", config->reps, "timed repetitions")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--hook-reps", config->hook_reps,
+                  "FSDP steps timed inside the hooks (fsdp::HookTimer), each paired with one "
+                  "without the timer")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--json", config->json, "one JSON object per line");
   sub->callback([config] { run_overhead(*config); });
 }

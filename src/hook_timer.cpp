@@ -98,6 +98,12 @@ HookTimer::~HookTimer() {
 
 std::vector<HookTime> HookTimer::take() { return hook_totals().take(); }
 
+std::string hook_name(const HookTime& time) {
+  const size_t prefix = std::strlen(detail::kHookRangePrefix);
+  const bool prefixed = time.range.compare(0, prefix, detail::kHookRangePrefix) == 0;
+  return prefixed ? time.range.substr(prefix) : time.range;
+}
+
 double total_seconds(const std::vector<HookTime>& times) {
   double sum = 0;
   for (const HookTime& t : times) sum += t.seconds;

@@ -73,6 +73,7 @@ TEST(HookTimer, CountsEveryHookOfAStepOnEveryRank) {
     for (const auto& [range, t] : times) EXPECT_GT(t.seconds, 0.0) << range;
     EXPECT_EQ(times.size(), ws == 1 ? 4u : 5u) << "ws " << ws;
     EXPECT_TRUE(timer.take().empty()) << "take() must restart the totals";
+    EXPECT_EQ(hook_name(times.at("FSDP::pre_forward")), "pre_forward");
   }
 }
 

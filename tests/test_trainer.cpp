@@ -112,6 +112,42 @@ TEST(Trainer, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
   EXPECT_GE(shards[0] + shards[1], whole);
 }
 
+// --hook-times times the framework without changing what it computes: the
+// same losses, bit for bit, with each rank's time inside the hooks and rank
+// 0's by hook in every metrics line, and the per-unit figure in the summary.
+TEST(Trainer, HookTimesReportEachRanksTimeInsideTheHooksAndChangeNothing) {
+  TempDir tmp;
+  const auto common = tiny({"--steps", "3", "--eval-every", "0", "--sample-bytes", "0"});
+  const auto plain = run_ranks(concat(common, {"--run-dir", tmp / "plain"}), 2);
+  expect_all_ok(plain);
+  const auto timed = run_ranks(concat(common, {"--run-dir", tmp / "timed", "--hook-times"}), 2);
+  expect_all_ok(timed);
+  const auto a = read_metrics(tmp / "plain"), b = read_metrics(tmp / "timed");
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].at("loss"), b[i].at("loss")) << "step " << i + 1;
+    EXPECT_FALSE(a[i].contains("hook_us")) << a[i].dump();
+    const auto per_rank = b[i].at("hook_us").get<std::vector<int64_t>>();
+    ASSERT_EQ(per_rank.size(), 2u) << b[i].dump();
+    for (int64_t us : per_rank) EXPECT_GT(us, 0) << b[i].dump();
+    const auto& by_range = b[i].at("hook_us_by_range");
+    for (const char* hook : {"pre_forward", "post_forward", "pre_backward", "post_backward",
+                             "root_post_backward_callback"}) {
+      ASSERT_TRUE(by_range.contains(hook)) << hook << " missing: " << b[i].dump();
+      EXPECT_GT(by_range.at(hook).get<double>(), 0) << hook;
+    }
+    // Rank 0's hooks add up to its total (rounded to whole microseconds).
+    double sum = 0;
+    for (const auto& [hook, us] : by_range.items()) sum += us.get<double>();
+    EXPECT_NEAR(sum, static_cast<double>(per_rank[0]), 1.0) << b[i].dump();
+  }
+  EXPECT_NE(timed[0].output.find("FSDP hooks"), std::string::npos) << timed[0].output;
+  EXPECT_NE(timed[0].output.find("us per unit per forward-backward"), std::string::npos);
+  EXPECT_NE(timed[0].output.find("3 units"), std::string::npos) << timed[0].output;
+  EXPECT_EQ(plain[0].output.find("FSDP hooks"), std::string::npos);
+}
+
 TEST(Trainer, EveryStrategyAndPolicyTrainsLikeTheReference) {
   TempDir tmp;
   const auto common = tiny({"--steps", "4", "--eval-every", "0", "--sample-bytes", "0"});
@@ -328,7 +364,7 @@ TEST(Trainer, HelpDocumentsEveryOptionWithItsDefault) {
         "--sample-bytes", "--layers", "--width", "--heads", "--context", "--quiet", "--data",
         "--batch", "--timeout", "FSDP_COMM_TIMEOUT", "--compress-weights", "--compress-grads",
         "--compress-scope", "--compress-block-size", "--device", "LOCAL_RANK", "--preset",
-        "PRESETS", "gpt2-small-bytes", "gpt-1b"}) {
+        "PRESETS", "gpt2-small-bytes", "gpt-1b", "--hook-times"}) {
     EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
   }
   EXPECT_NE(r.output.find("--lr FLOAT=0.003"), std::string::npos) << r.output;  // a default

@@ -1,6 +1,6 @@
 // fsdp-train's pure parts, compiled in from tools/fsdp-train/: the batch
-// sampler, the learning-rate schedule, the option checks, the model presets
-// and the device checks.
+// sampler, the learning-rate schedule, the option checks, the model presets,
+// the device checks, the metrics lines and the summary's hook times.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,9 @@
 #include "lr_schedule.h"
 #include "fsdp/models/gpt.h"
 #include "memory_check.h"
+#include "metrics_log.h"
 #include "model_presets.h"
+#include "report.h"
 #include "train_options.h"
 #include "training_device.h"
 
@@ -250,6 +252,52 @@ TEST(TrainerMemoryCheck, ACorpusTooLargeIsRefusedBeforeItIsRead) {
       << refused;
   EXPECT_EQ(fsdp_train::check_corpus_fits("", 8, 1), "") << "the default corpus is small";
   std::remove(path.c_str());
+}
+
+// ---------------------------------------------------------------------------
+// metrics.jsonl and the summary's hook times (--hook-times).
+
+fsdp_train::StepRecord hook_step(int64_t step, std::vector<int64_t> hook_us,
+                                 std::vector<std::pair<std::string, double>> by_range) {
+  fsdp_train::StepRecord r;
+  r.step = step;
+  r.loss = 5.5;
+  r.hook_us = std::move(hook_us);
+  r.hook_us_by_range = std::move(by_range);
+  return r;
+}
+
+TEST(TrainerMetrics, HookTimesSurviveAMetricsLine) {
+  const auto r = hook_step(3, {1200, 1500}, {{"pre_forward", 700.25}, {"post_backward", 0.125}});
+  const auto back = fsdp_train::StepRecord::from_json_line(r.to_json_line());
+  ASSERT_TRUE(back.has_value()) << r.to_json_line();
+  EXPECT_EQ(back->hook_us, r.hook_us);
+  EXPECT_EQ(back->hook_us_by_range, r.hook_us_by_range);  // in order, exactly
+  // A run without --hook-times writes neither key.
+  const std::string plain = hook_step(3, {}, {}).to_json_line();
+  EXPECT_EQ(plain.find("hook_us"), std::string::npos) << plain;
+  EXPECT_TRUE(fsdp_train::StepRecord::from_json_line(plain)->hook_us.empty());
+}
+
+TEST(TrainerMetrics, HookSummaryIsTheMedianStepOfTheSlowestRankPerUnit) {
+  // Three steps on two ranks; 4 units x 2 micro-batches = 8 unit runs a step.
+  const std::vector<fsdp_train::StepRecord> records = {
+      hook_step(1, {8000, 800}, {{"pre_forward", 4000}, {"post_backward", 800}}),
+      hook_step(2, {80, 1600}, {{"pre_forward", 40}}),  // post_backward absent: zero
+      hook_step(3, {160, 2400}, {{"pre_forward", 80}, {"post_backward", 1600}}),
+  };
+  const auto h = fsdp_train::summarize_hook_times(records, 4, 2);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->units, 4);
+  EXPECT_EQ(h->micro_batches, 2);
+  EXPECT_DOUBLE_EQ(h->us_per_unit, 2400.0 / 8);  // slowest ranks 8000, 1600, 2400
+  ASSERT_EQ(h->by_range.size(), 2u);
+  EXPECT_EQ(h->by_range[0].first, "pre_forward");
+  EXPECT_DOUBLE_EQ(h->by_range[0].second, 80.0 / 8);  // of 4000, 40, 80
+  EXPECT_EQ(h->by_range[1].first, "post_backward");
+  EXPECT_DOUBLE_EQ(h->by_range[1].second, 800.0 / 8);  // of 800, 0, 1600
+  // No hook times, no summary.
+  EXPECT_FALSE(fsdp_train::summarize_hook_times({hook_step(1, {}, {})}, 4, 1).has_value());
 }
 
 }  // namespace

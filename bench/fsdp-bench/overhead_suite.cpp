@@ -101,17 +101,11 @@ HookBreakdown time_hooks(Model& model, torch::optim::Optimizer& opt, const at::T
   return out;
 }
 
-// "pre_forward" from "FSDP::pre_forward".
-std::string short_range(const std::string& range) {
-  const auto colons = range.find("::");
-  return colons == std::string::npos ? range : range.substr(colons + 2);
-}
-
 void print_overhead_json(const OverheadConfig& c, const Stats& local_stats,
                          const Stats& fsdp_stats, double overhead_us, const HookBreakdown& hooks) {
   const int units = c.units + 1;  // with the root, as print_hook_breakdown
   JsonObject by_range;
-  for (const HookTime& t : hooks.per_step) by_range.push_back({short_range(t.range), 1e6 * t.seconds / units});
+  for (const HookTime& t : hooks.per_step) by_range.push_back({hook_name(t), 1e6 * t.seconds / units});
   print_json_line({{"suite", "overhead"},
                    {"units", c.units},
                    {"width", c.width},

@@ -59,4 +59,7 @@ class HookTimer {
 // The total of `times` over every range, in seconds.
 double total_seconds(const std::vector<HookTime>& times);
 
+// The hook's name without the "FSDP::" of its range: "pre_forward".
+std::string hook_name(const HookTime& time);
+
 }  // namespace fsdp

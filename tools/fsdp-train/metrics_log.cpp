@@ -50,6 +50,13 @@ std::string StepRecord::to_json_line() const {
     integers("peak_device_allocated_bytes", peak_device_allocated_bytes);
     integers("peak_device_reserved_bytes", peak_device_reserved_bytes);
   }
+  if (!hook_us.empty()) {
+    integers("hook_us", hook_us);
+    w.Key("hook_us_by_range");
+    w.StartObject();
+    for (const auto& [range, us] : hook_us_by_range) number(range.c_str(), us);
+    w.EndObject();
+  }
   if (val_loss) number("val_loss", *val_loss);
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());
@@ -87,6 +94,12 @@ std::optional<StepRecord> StepRecord::from_json_line(const std::string& line) {
   r.peak_resident_bytes = integers("peak_resident_bytes");
   r.peak_device_allocated_bytes = integers("peak_device_allocated_bytes");
   r.peak_device_reserved_bytes = integers("peak_device_reserved_bytes");
+  r.hook_us = integers("hook_us");
+  if (auto it = j.FindMember("hook_us_by_range"); it != j.MemberEnd() && it->value.IsObject()) {
+    for (const auto& m : it->value.GetObject()) {
+      if (m.value.IsNumber()) r.hook_us_by_range.emplace_back(m.name.GetString(), m.value.GetDouble());
+    }
+  }
   if (j.HasMember("val_loss") && j["val_loss"].IsNumber()) r.val_loss = j["val_loss"].GetDouble();
   return r;
 }

@@ -12,7 +12,10 @@
 // its high-water mark since it started ([Note: what the trainer's memory
 // figures cover] in peak_memory.h). With --device cuda, also
 // peak_device_allocated_bytes and peak_device_reserved_bytes: the CUDA
-// caching allocator's peaks during this step.
+// caching allocator's peaks during this step. With --hook-times, also
+// hook_us (per rank: the wall time inside FSDP's hooks during this step, in
+// microseconds) and hook_us_by_range (rank 0's, by hook: {"pre_forward":
+// 812.5, ...}; see fsdp/hook_timer.h).
 //
 // `loss` is the mean over the whole global batch, written with full
 // precision, so runs can be compared bit for bit.
@@ -21,6 +24,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fsdp_train {
@@ -39,6 +43,8 @@ struct StepRecord {
   std::vector<int64_t> peak_resident_bytes;        // per rank, since it started
   std::vector<int64_t> peak_device_allocated_bytes;  // per rank, this step; CUDA only
   std::vector<int64_t> peak_device_reserved_bytes;   // per rank, this step; CUDA only
+  std::vector<int64_t> hook_us;  // per rank, this step; --hook-times only
+  std::vector<std::pair<std::string, double>> hook_us_by_range;  // rank 0's; --hook-times only
   std::optional<double> val_loss;
 
   // One line of metrics.jsonl (a JSON object, no newline).

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "text_format.h"
@@ -62,6 +63,58 @@ void print_header(const RunHeader& h) {
   std::fflush(stdout);
 }
 
+namespace {
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+void print_hook_summary(const HookSummary& h) {
+  std::string ranges;
+  for (const auto& [range, us] : h.by_range) {
+    ranges += fmt::format("{}{} {:.1f}", ranges.empty() ? "" : ", ", range, us);
+  }
+  fmt::print("  FSDP hooks      {:.1f} us per unit per forward-backward (median step, slowest "
+             "rank)\n",
+             h.us_per_unit);
+  fmt::print("                  {} units{}{}\n", h.units,
+             h.micro_batches > 1 ? fmt::format(" x {} micro-batches", h.micro_batches) : "",
+             h.includes_waits ? "; on the CPU this includes waiting for collectives" : "");
+  fmt::print("                  rank 0 by hook: {}\n", ranges);
+}
+
+}  // namespace
+
+std::optional<HookSummary> summarize_hook_times(const std::vector<StepRecord>& records,
+                                                int64_t units, int64_t micro_batches) {
+  std::vector<double> slowest;
+  std::vector<std::pair<std::string, std::vector<double>>> ranges;
+  for (const StepRecord& r : records) {
+    if (r.hook_us.empty()) continue;
+    slowest.push_back(static_cast<double>(*std::max_element(r.hook_us.begin(), r.hook_us.end())));
+    for (const auto& [range, us] : r.hook_us_by_range) {
+      auto it = std::find_if(ranges.begin(), ranges.end(),
+                             [&](const auto& known) { return known.first == range; });
+      if (it == ranges.end()) it = ranges.insert(ranges.end(), {range, {}});
+      it->second.push_back(us);
+    }
+  }
+  if (slowest.empty() || units * micro_batches <= 0) return std::nullopt;
+  HookSummary h;
+  h.units = units;
+  h.micro_batches = micro_batches;
+  const auto per_unit = static_cast<double>(units * micro_batches);
+  h.us_per_unit = median(slowest) / per_unit;
+  // A hook absent from a step (post_backward on one rank) counts as zero there.
+  for (auto& [range, values] : ranges) {
+    values.resize(slowest.size(), 0.0);
+    h.by_range.emplace_back(range, median(values) / per_unit);
+  }
+  return h;
+}
+
 void print_summary(const RunSummary& s) {
   fmt::print("\nSummary\n");
   const int64_t steps_run = s.last_step - s.start_step;
@@ -75,6 +128,7 @@ void print_summary(const RunSummary& s) {
              s.final_val_loss ? fmt::format(", {:.4f} validation", *s.final_val_loss)
                               : std::string());
   fmt::print("  throughput      {} tokens/s (all ranks)\n", human_count(s.mean_tokens_per_s));
+  if (s.hooks) print_hook_summary(*s.hooks);
   fmt::print("\n  {:>4}  {:>14}  {:>14}  {:>15}  {:>13}  {:>12}  {:>13}\n", "rank",
              "sharded params", "sharded grads", "optimizer state", "peak gathered",
              "peak tensors", "peak resident");

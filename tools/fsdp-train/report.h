@@ -9,6 +9,7 @@
 
 #include "corpus.h"
 #include "fsdp/checkpoint/run_dir.h"
+#include "metrics_log.h"
 #include "train_options.h"
 
 namespace fsdp_train {
@@ -43,6 +44,20 @@ struct RankMemory {
   int64_t peak_device_reserved = 0;
 };
 
+// --hook-times: the framework's own time, per unit and forward-backward.
+struct HookSummary {
+  int64_t units = 0;          // blocks and the root
+  int64_t micro_batches = 0;  // forward-backwards per step
+  double us_per_unit = 0;     // median over steps of the slowest rank's hook time
+  std::vector<std::pair<std::string, double>> by_range;  // rank 0's medians, per unit
+  bool includes_waits = false;  // a CPU process group: the hooks wait for collectives
+};
+
+// The hook times of `records` (none when they carry none), per unit and
+// forward-backward.
+std::optional<HookSummary> summarize_hook_times(const std::vector<StepRecord>& records,
+                                                int64_t units, int64_t micro_batches);
+
 struct RunSummary {
   int64_t start_step = 0;  // steps done before this run (resume), else 0
   int64_t last_step = 0;
@@ -56,6 +71,7 @@ struct RunSummary {
   int64_t unsharded_param_bytes = 0;
   std::vector<RankMemory> ranks;
   bool on_cuda = false;  // --device cuda: the ranks' CUDA peaks are shown
+  std::optional<HookSummary> hooks;
   std::string run_dir;
   std::string metrics;
   std::string plot;        // the PNG, or "" when it could not be drawn

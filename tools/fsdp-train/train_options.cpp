@@ -205,6 +205,10 @@ void add_output_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
                       "progress line every K steps when stdout is not a terminal (0: about "
                       "25 lines per run)")
           ->capture_default_str());
+  rec(out->add_flag("--hook-times", o.hook_times,
+                    "time the framework itself: the wall time inside FSDP's hooks each step, "
+                    "per rank and by hook, in metrics.jsonl (hook_us, hook_us_by_range) and "
+                    "the summary; costs a few microseconds per unit per step"));
   rec(out->add_flag("--quiet", o.quiet, "no progress lines and no printed sample (sample.txt is still written); the header and summary only"));
 }
 

@@ -71,6 +71,7 @@ struct TrainOptions {
   std::string resume;      // checkpoint directory (or a run dir holding one)
   int64_t log_every = 0;   // progress lines when stdout is not a terminal; 0 = auto
   bool quiet = false;
+  bool hook_times = false;  // time inside FSDP's hooks per step (fsdp::HookTimer)
 
   // Options given explicitly on the command line (long names without "--"),
   // so a resumed run can adopt the rest from the checkpoint.

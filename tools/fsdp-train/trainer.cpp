@@ -20,6 +20,7 @@
 #include "fsdp/checkpoint/training_state.h"
 #include "fsdp/clip_grad.h"
 #include "fsdp/fully_shard.h"
+#include "fsdp/hook_timer.h"
 #include "fsdp/introspection.h"
 #include "config_json.h"
 #include "fsdp/models/gpt.h"
@@ -139,6 +140,7 @@ class Trainer {
   StepPeakMemory step_memory_;  // installed before the model is built
   int64_t run_peak_tensors_ = 0;
   DevicePeakMemory run_peak_device_;  // --device cuda: the allocator's peaks over the run
+  std::optional<fsdp::HookTimer> hook_timer_;  // --hook-times
 };
 
 // Every collective below runs on every rank in the same order; only what
@@ -157,7 +159,9 @@ int Trainer::run() {
   if (rank0_) start_outputs(initial);
 
   Progress progress(progress_config());
+  if (o_.hook_times) hook_timer_.emplace();
   const LoopOutcome loop = train_loop(progress);
+  hook_timer_.reset();
   progress.finish();
 
   const std::string final_dir = final_checkpoint_dir(run_dir_);
@@ -262,6 +266,7 @@ AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) 
   fsdp::reset_peak_memory_stats(**model_);
   step_memory_.start_step();
   reset_device_peak_memory(s_.device);
+  if (hook_timer_) hook_timer_->take();  // not the last step's evaluation or checkpoint
   const double local_loss = train_step(step);
   AgreedStep agreed;
   agreed.grad_norm = fsdp::clip_grad_norm_(
@@ -315,8 +320,11 @@ StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
   const DevicePeakMemory device = device_peak_memory(s_.device);
   run_peak_device_.allocated = std::max(run_peak_device_.allocated, device.allocated);
   run_peak_device_.reserved = std::max(run_peak_device_.reserved, device.reserved);
-  const auto per_rank = gather_per_rank(
-      world_, {peak, tensors, peak_resident_bytes(), device.allocated, device.reserved});
+  const std::vector<fsdp::HookTime> hooks =
+      hook_timer_ ? hook_timer_->take() : std::vector<fsdp::HookTime>{};
+  const auto hook_us = static_cast<int64_t>(std::llround(1e6 * fsdp::total_seconds(hooks)));
+  const auto per_rank = gather_per_rank(world_, {peak, tensors, peak_resident_bytes(),
+                                                 device.allocated, device.reserved, hook_us});
   recent_step_s_ = recent_step_s_ == 0 ? step_s : 0.9 * recent_step_s_ + 0.1 * step_s;
 
   StepRecord record;
@@ -333,6 +341,12 @@ StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
   if (s_.device.is_cuda()) {
     record.peak_device_allocated_bytes = per_rank[3];
     record.peak_device_reserved_bytes = per_rank[4];
+  }
+  if (hook_timer_) {
+    record.hook_us = per_rank[5];
+    for (const fsdp::HookTime& t : hooks) {
+      record.hook_us_by_range.emplace_back(fsdp::hook_name(t), 1e6 * t.seconds);
+    }
   }
   return record;
 }
@@ -450,6 +464,8 @@ void Trainer::report(const LoopOutcome& loop, std::vector<RankMemory> memory,
   summary.unsharded_param_bytes = fsdp::memory_stats(**model_).unsharded_param_bytes;
   summary.ranks = std::move(memory);
   summary.on_cuda = s_.device.is_cuda();
+  summary.hooks = summarize_hook_times(metrics_->records(), o_.layers + 1, s_.layout.grad_accum);
+  if (summary.hooks) summary.hooks->includes_waits = !s_.device.is_cuda();
   summary.run_dir = run_dir_;
   summary.metrics = metrics_->path();
   summary.checkpoint = final_dir;

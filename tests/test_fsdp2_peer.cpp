@@ -80,10 +80,47 @@ TEST(Fsdp2Peer, TrainsLikeFsdpTrainAndTheHarnessComparesThem) {
       run(kHarness + kTiny + " --nproc 2 --strategy grad-op --work " + work.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* text : {"2 rank(s) on cpu", "median step", "tokens/s", "peak resident",
-                           "libfsdp/FSDP2", "loss of the first 4 steps", "agree"}) {
+                           "hooks per unit ", "libfsdp/FSDP2", "loss of the first 4 steps",
+                           "agree"}) {
     EXPECT_TRUE(contains(r.output, text)) << text << "\n" << r.output;
   }
   EXPECT_FALSE(contains(r.output, "DISAGREE")) << r.output;
+  // Each framework's hooks, by hook: at two ranks every hook runs, on both.
+  for (const char* side : {"  libfsdp  rank 0 by hook, us per unit: ",
+                           "  FSDP2    rank 0 by hook, us per unit: "}) {
+    const size_t at = r.output.find(side);
+    ASSERT_NE(at, std::string::npos) << side << "\n" << r.output;
+    const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+    for (const char* hook : {"pre_forward ", "post_forward ", "pre_backward ", "post_backward ",
+                             "root_post_backward_callback "}) {
+      EXPECT_TRUE(contains(line, hook)) << hook << " missing: " << line;
+    }
+  }
+}
+
+// The peer's hook timer ([Note: timing FSDP2's hooks as libfsdp's]) counts
+// only the outermost hook on a thread, as fsdp::HookTimer does, and each
+// thread on its own; take() restarts the totals.
+TEST(Fsdp2Peer, HookTimesCountTheOutermostHookOnEachThread) {
+  ASSERT_EQ(missing_peer(), "");
+  const CommandRun r =
+      run("cd " FSDP_SOURCE_DIR
+          "/bench/peers && python3 -c '"
+          "import threading, time, fsdp2_gpt as g\n"
+          "h = g.HookTimes()\n"
+          "inner = h.timed(lambda: time.sleep(0.02), \"inner\")\n"
+          "outer = h.timed(lambda: (time.sleep(0.01), inner()), \"outer\")\n"
+          "outer()\n"
+          "t = threading.Thread(target=inner); t.start(); t.join()\n"
+          "got = h.take()\n"
+          "print(sorted(got), round(got[\"outer\"], 2) >= 0.03, got[\"inner\"] < 0.03)\n"
+          "print(\"after take\", h.take())\n"
+          "print(\"classes\", sorted(g.fsdp2_hook_classes()))'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // inner ran twice: inside outer (not counted) and alone on another thread.
+  EXPECT_TRUE(contains(r.output, "['inner', 'outer'] True True")) << r.output;
+  EXPECT_TRUE(contains(r.output, "after take {}")) << r.output;
+  EXPECT_TRUE(contains(r.output, "classes ['FSDPParamGroup', 'FSDPState']")) << r.output;
 }
 
 // The agreement check the harness exits on: 2e-4 apart is a mismatch in

@@ -30,14 +30,18 @@ LibTorch are the same release (their random kernels change between them).
 
 Writes one JSON object per step to --metrics (rank 0), with fsdp-train's
 metrics.jsonl names: step, loss, ms, tokens_per_s, and for CUDA
-peak_device_allocated_bytes / peak_device_reserved_bytes (per rank).
+peak_device_allocated_bytes / peak_device_reserved_bytes (per rank). With
+--hook-times, as fsdp-train --hook-times: hook_us (per rank, the wall time
+inside FSDP2's hooks this step) and hook_us_by_range (rank 0's, by hook).
 """
 
 import argparse
+import functools
 import json
 import math
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -77,6 +81,9 @@ def parse_args(argv=None):
     p.add_argument("--activation-checkpointing", choices=["none", "all"], default="none")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--metrics", help="JSON lines, one per step (rank 0)")
+    p.add_argument("--hook-times", action="store_true",
+                   help="time the wall time inside FSDP2's hooks each step, as fsdp-train "
+                        "--hook-times does libfsdp's")
     a = p.parse_args(argv)
     sizes = dict(layers=4, width=128, heads=4, context=128)  # fsdp-train's defaults
     sizes.update(PRESETS.get(a.preset, {}))
@@ -235,6 +242,83 @@ def make_fsdp2_run_on_cpu():
         stream.wait_event = lambda self, event: None
 
 
+class HookTimes:
+    """The wall time inside FSDP2's hooks, hook by hook, on every thread.
+
+    [Note: timing FSDP2's hooks as libfsdp's]
+    fsdp::HookTimer sums libfsdp's hook ranges, named as FSDP2 names its own;
+    this times the FSDP2 methods those names stand for: FSDPState's forward
+    pre- and post-hooks, its pre-backward tensor hook and end-of-backward
+    callback, and FSDPParamGroup.post_backward (run by the autograd node on
+    a unit's inputs). Each whole method is timed, from entry to return, as
+    the ranges cover libfsdp's whole hook methods, and only the outermost
+    call on a thread counts (the end-of-backward callback runs post_backward
+    itself), as in fsdp::HookTimer. The wrappers replace the class methods
+    before fully_shard registers the bound methods as hooks.
+    """
+
+    HOOKS = (("FSDPState", "_pre_forward", "pre_forward"),
+             ("FSDPState", "_post_forward", "post_forward"),
+             ("FSDPState", "_pre_backward", "pre_backward"),
+             ("FSDPParamGroup", "post_backward", "post_backward"),
+             ("FSDPState", "_root_post_backward_final_callback", "root_post_backward_callback"))
+
+    def __init__(self):
+        self.totals = {}  # hook -> seconds, in the order first seen
+        self.lock = threading.Lock()
+        self.depth = threading.local()
+
+    def install(self):
+        classes = fsdp2_hook_classes()
+        for owner, method, name in self.HOOKS:
+            cls = classes[owner]
+            setattr(cls, method, self.timed(getattr(cls, method), name))
+
+    def timed(self, method, name):
+        @functools.wraps(method)
+        def wrapper(*args, **kwargs):
+            depth = getattr(self.depth, "n", 0)
+            self.depth.n = depth + 1
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.depth.n = depth
+                if depth == 0:
+                    elapsed = time.perf_counter() - start
+                    with self.lock:
+                        self.totals[name] = self.totals.get(name, 0.0) + elapsed
+        return wrapper
+
+    def take(self):
+        """Seconds per hook since the last take(); restarts from zero."""
+        with self.lock:
+            out, self.totals = self.totals, {}
+        return out
+
+
+def fsdp2_hook_classes():
+    """FSDPState and FSDPParamGroup, wherever this torch keeps them."""
+    import importlib
+    for package in ("torch.distributed.fsdp._fully_shard",  # torch 2.6+
+                    "torch.distributed._composable.fsdp"):  # torch 2.4, 2.5
+        try:
+            state = importlib.import_module(package + "._fsdp_state")
+            group = importlib.import_module(package + "._fsdp_param_group")
+        except ImportError:
+            continue
+        classes = dict(FSDPState=getattr(state, "FSDPState", None),
+                       FSDPParamGroup=getattr(group, "FSDPParamGroup", None))
+        missing = [f"{cls}.{method}" for cls, method, _ in HookTimes.HOOKS
+                   if not hasattr(classes[cls], method)]
+        if missing:
+            sys.exit(f"fsdp2_gpt: --hook-times: torch {torch.__version__}'s FSDP2 has no "
+                     f"{', '.join(missing)}; run without --hook-times")
+        return classes
+    sys.exit(f"fsdp2_gpt: --hook-times: no FSDP2 state module in torch {torch.__version__}; "
+             "run without --hook-times")
+
+
 def shard(model, a, device):
     """fully_shard each block, then the root (embeddings, ln_f, the tied head)."""
     if device.type == "cpu":
@@ -309,11 +393,15 @@ def train_step(model, optimizer, batch, a, step, device):
     return total.item() / dist.get_world_size()
 
 
-def step_record(a, step, loss, seconds, device):
-    """The step's line of --metrics, with fsdp-train's names (collective)."""
+def step_record(a, step, loss, seconds, device, hooks):
+    """The step's line of --metrics, with fsdp-train's names (collective).
+    `hooks`: this step's seconds per hook, or None without --hook-times."""
     record = dict(step=step, loss=loss, ms=1e3 * seconds,
                   tokens_per_s=a.batch * a.context / seconds,
                   peak_resident_bytes=per_rank(peak_resident_bytes(), device))
+    if hooks is not None:
+        record["hook_us"] = per_rank(round(1e6 * sum(hooks.values())), device)
+        record["hook_us_by_range"] = {name: 1e6 * s for name, s in hooks.items()}
     if device.type == "cuda":
         record["peak_device_allocated_bytes"] = per_rank(
             torch.cuda.max_memory_allocated(device), device)
@@ -330,6 +418,9 @@ def train(a):
         sys.exit(f"fsdp2_gpt: --batch {a.batch} is not divisible by the world size {world}")
     torch.manual_seed(a.seed)
     model = GPT(a.layers, a.width, a.heads, a.context).to(device)  # built on the CPU, then moved
+    hook_times = HookTimes() if a.hook_times else None
+    if hook_times:
+        hook_times.install()  # before fully_shard registers the hooks
     shard(model, a, device)
     optimizer = make_optimizer(model, a)
     sampler = Sampler(a.data, a.context, a.seed)
@@ -345,7 +436,9 @@ def train(a):
         start = time.perf_counter()
         batch = sampler.rows("train", step, rank * per, per)  # rank k's rows of the global batch
         loss = train_step(model, optimizer, batch, a, step, device)
-        record = step_record(a, step, loss, time.perf_counter() - start, device)
+        seconds = time.perf_counter() - start
+        hooks = hook_times.take() if hook_times else None
+        record = step_record(a, step, loss, seconds, device, hooks)
         if out:
             out.write(json.dumps(record) + "\n")
             out.flush()

@@ -5,7 +5,9 @@ Runs fsdp-train and its FSDP2 peer (fsdp2_gpt.py: the same GPT, initial
 weights, batches and optimizer) under fsdp-run, alternately (ABBA order, so
 a drift of the machine's speed hits both), --rounds times each, and prints
 for each: the median step time (steps after --skip, over every round),
-tokens/s, MFU (GPU), peak memory and the ratios libfsdp / FSDP2. It also
+tokens/s, MFU (GPU), peak memory, the framework's own time per unit (inside
+its hooks: fsdp-train --hook-times and fsdp2_gpt.py --hook-times, [Note:
+timing FSDP2's hooks as libfsdp's] there) and the ratios libfsdp / FSDP2. It also
 checks that the two agree on the loss of the first steps (same initial
 weights and batches: within 1e-4 relative in fp32, 2e-2 in bf16) and exits 1
 when they do not.
@@ -59,6 +61,9 @@ def parse_args(argv=None):
     p.add_argument("--strategy", choices=["full", "grad-op"], default="full")
     p.add_argument("--mixed-precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--activation-checkpointing", choices=["none", "all"], default="none")
+    p.add_argument("--no-hook-times", dest="hook_times", action="store_false",
+                   help="do not time the frameworks' hooks (timing adds a few microseconds "
+                        "per unit to each step on both sides)")
     p.add_argument("--peak-tflops", type=float,
                    help=f"the GPU's dense peak for MFU (default with cuda: H200 bf16, "
                         f"{H200_BF16_DENSE_TFLOPS})")
@@ -81,7 +86,7 @@ def shared_flags(a):
             "--heads", str(a.heads), "--context", str(a.context), "--batch", str(a.batch),
             "--steps", str(a.steps), "--mixed-precision", a.mixed_precision,
             "--strategy", a.strategy, "--activation-checkpointing", a.activation_checkpointing,
-            "--device", a.device]
+            "--device", a.device] + (["--hook-times"] if a.hook_times else [])
 
 
 def launch(a, worker, log):
@@ -119,9 +124,24 @@ def step_flops(a):
     return 6 * parameter_count(a) * tokens + 12 * a.layers * a.context * a.width * tokens
 
 
-def summarize(a, runs):
+def hook_figures(a, name, timed):
+    """The median timed step's hook time per unit, of the slowest rank, and
+    rank 0's by hook (a hook a step did not run counts zero there)."""
+    units = a.layers + 1  # the blocks and the root, on both sides
+    if any("hook_us" not in r for r in timed):
+        sys.exit(f"head_to_head: {name} was asked for --hook-times but its metrics carry no "
+                 "hook_us; pass --no-hook-times to compare without them")
+    names = list(dict.fromkeys(name for r in timed for name in r["hook_us_by_range"]))
+    by_range = {name: statistics.median(r["hook_us_by_range"].get(name, 0.0) for r in timed) / units
+                for name in names}
+    slowest = statistics.median(max(r["hook_us"]) for r in timed)
+    return dict(hook_us_per_unit=slowest / units, hook_by_range=by_range)
+
+
+def summarize(a, name, runs):
     """The figures of one framework over all its rounds."""
-    times = [r["ms"] / 1e3 for run in runs for r in run[a.skip:]]
+    timed = [r for run in runs for r in run[a.skip:]]
+    times = [r["ms"] / 1e3 for r in timed]
     step_s = statistics.median(times)
     peak = lambda key: max((max(r.get(key) or [0]) for run in runs for r in run), default=0)
     out = dict(step_s=step_s, tokens_per_s=a.batch * a.context / step_s,
@@ -130,6 +150,8 @@ def summarize(a, runs):
                reserved=peak("peak_device_reserved_bytes"))
     if a.peak_tflops:
         out["mfu"] = step_flops(a) / step_s / (a.nproc * a.peak_tflops * 1e12)
+    if a.hook_times:
+        out.update(hook_figures(a, name, timed))
     return out
 
 
@@ -155,6 +177,9 @@ def print_table(a, lib, peer, agreement):
         rows += [("peak CUDA allocated", lambda s: gib(s["allocated"]), "allocated"),
                  ("peak CUDA reserved", lambda s: gib(s["reserved"]), "reserved")]
     rows.append(("peak resident (VmHWM)", lambda s: gib(s["resident"]), "resident"))
+    if a.hook_times:
+        rows.append(("hooks per unit", lambda s: f"{s['hook_us_per_unit']:.1f} us",
+                     "hook_us_per_unit"))
     print(f"\nGPT {a.layers}x{a.width}, {a.heads} heads, context {a.context}, "
           f"{parameter_count(a) / 1e6:.2f} M parameters; batch {a.batch}; {a.nproc} rank(s) on "
           f"{a.device}; {a.strategy}, {a.mixed_precision}, "
@@ -164,10 +189,23 @@ def print_table(a, lib, peer, agreement):
     for name, show, key in rows:
         ratio = lib[key] / peer[key] if peer.get(key) else float("nan")
         print(f"{name:<24}{show(lib):>14}{show(peer):>14}{ratio:>16.3f}")
+    if a.hook_times:
+        print_hook_breakdown(a, lib, peer)
     steps, worst, bound = agreement
     verdict = "agree" if worst <= bound else "DISAGREE"
     print(f"loss of the first {steps} steps: largest relative difference {worst:.2e} "
           f"(bound {bound:.0e}): {verdict}")
+
+
+def print_hook_breakdown(a, lib, peer):
+    """Each framework's hooks per unit, by hook (rank 0, median timed step)."""
+    print(f"hooks per unit: the median timed step's wall time inside the framework's hooks "
+          f"over its {a.layers + 1} units (blocks and root), slowest rank; "
+          + ("the CPU cost of enqueuing work" if a.device == "cuda"
+             else "on the CPU this includes waiting for collectives"))
+    for name, figures in (("libfsdp", lib), ("FSDP2", peer)):
+        hooks = ", ".join(f"{hook} {us:.1f}" for hook, us in figures["hook_by_range"].items())
+        print(f"  {name:<8} rank 0 by hook, us per unit: {hooks}")
 
 
 def main():
@@ -180,7 +218,8 @@ def main():
             print(f"round {r + 1}/{a.rounds}: {name}", flush=True)
             into.append(run(a, r + 1))
     agreement = loss_agreement(a, lib_runs[0], peer_runs[0])
-    print_table(a, summarize(a, lib_runs), summarize(a, peer_runs), agreement)
+    lib, peer = summarize(a, "fsdp-train", lib_runs), summarize(a, "fsdp2_gpt.py", peer_runs)
+    print_table(a, lib, peer, agreement)
     return 0 if agreement[1] <= agreement[2] else 1
 
 

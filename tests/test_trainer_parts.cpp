@@ -286,10 +286,11 @@ TEST(TrainerMetrics, HookSummaryIsTheMedianStepOfTheSlowestRankPerUnit) {
       hook_step(2, {80, 1600}, {{"pre_forward", 40}}),  // post_backward absent: zero
       hook_step(3, {160, 2400}, {{"pre_forward", 80}, {"post_backward", 1600}}),
   };
-  const auto h = fsdp_train::summarize_hook_times(records, 4, 2);
+  const auto h = fsdp_train::summarize_hook_times(records, 4, 2, /*includes_waits=*/true);
   ASSERT_TRUE(h.has_value());
   EXPECT_EQ(h->units, 4);
   EXPECT_EQ(h->micro_batches, 2);
+  EXPECT_TRUE(h->includes_waits);
   EXPECT_DOUBLE_EQ(h->us_per_unit, 2400.0 / 8);  // slowest ranks 8000, 1600, 2400
   ASSERT_EQ(h->by_range.size(), 2u);
   EXPECT_EQ(h->by_range[0].first, "pre_forward");
@@ -297,7 +298,9 @@ TEST(TrainerMetrics, HookSummaryIsTheMedianStepOfTheSlowestRankPerUnit) {
   EXPECT_EQ(h->by_range[1].first, "post_backward");
   EXPECT_DOUBLE_EQ(h->by_range[1].second, 800.0 / 8);  // of 800, 0, 1600
   // No hook times, no summary.
-  EXPECT_FALSE(fsdp_train::summarize_hook_times({hook_step(1, {}, {})}, 4, 1).has_value());
+  EXPECT_FALSE(fsdp_train::summarize_hook_times({hook_step(1, {}, {})}, 4, 1, false).has_value());
+  // On the GPU the hooks only launch collectives: no waits to mention.
+  EXPECT_FALSE(fsdp_train::summarize_hook_times(records, 4, 2, false)->includes_waits);
 }
 
 }  // namespace

@@ -88,7 +88,8 @@ void print_hook_summary(const HookSummary& h) {
 }  // namespace
 
 std::optional<HookSummary> summarize_hook_times(const std::vector<StepRecord>& records,
-                                                int64_t units, int64_t micro_batches) {
+                                                int64_t units, int64_t micro_batches,
+                                                bool includes_waits) {
   std::vector<double> slowest;
   std::vector<std::pair<std::string, std::vector<double>>> ranges;
   for (const StepRecord& r : records) {
@@ -105,6 +106,7 @@ std::optional<HookSummary> summarize_hook_times(const std::vector<StepRecord>& r
   HookSummary h;
   h.units = units;
   h.micro_batches = micro_batches;
+  h.includes_waits = includes_waits;
   const auto per_unit = static_cast<double>(units * micro_batches);
   h.us_per_unit = median(slowest) / per_unit;
   // A hook absent from a step (post_backward on one rank) counts as zero there.

@@ -54,9 +54,10 @@ struct HookSummary {
 };
 
 // The hook times of `records` (none when they carry none), per unit and
-// forward-backward.
+// forward-backward. `includes_waits`: they were taken on a CPU process group.
 std::optional<HookSummary> summarize_hook_times(const std::vector<StepRecord>& records,
-                                                int64_t units, int64_t micro_batches);
+                                                int64_t units, int64_t micro_batches,
+                                                bool includes_waits);
 
 struct RunSummary {
   int64_t start_step = 0;  // steps done before this run (resume), else 0

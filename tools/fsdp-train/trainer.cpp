@@ -464,8 +464,8 @@ void Trainer::report(const LoopOutcome& loop, std::vector<RankMemory> memory,
   summary.unsharded_param_bytes = fsdp::memory_stats(**model_).unsharded_param_bytes;
   summary.ranks = std::move(memory);
   summary.on_cuda = s_.device.is_cuda();
-  summary.hooks = summarize_hook_times(metrics_->records(), o_.layers + 1, s_.layout.grad_accum);
-  if (summary.hooks) summary.hooks->includes_waits = !s_.device.is_cuda();
+  summary.hooks = summarize_hook_times(metrics_->records(), o_.layers + 1, s_.layout.grad_accum,
+                                       /*includes_waits=*/!s_.device.is_cuda());
   summary.run_dir = run_dir_;
   summary.metrics = metrics_->path();
   summary.checkpoint = final_dir;

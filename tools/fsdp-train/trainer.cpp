@@ -20,7 +20,6 @@
 #include "fsdp/checkpoint/training_state.h"
 #include "fsdp/clip_grad.h"
 #include "fsdp/fully_shard.h"
-#include "fsdp/hook_timer.h"
 #include "fsdp/introspection.h"
 #include "config_json.h"
 #include "fsdp/models/gpt.h"
@@ -30,14 +29,15 @@
 #include "memory_check.h"
 #include "metrics_log.h"
 #include "output_file.h"
-#include "peak_memory.h"
 #include "plot.h"
+#include "peak_memory.h"
 #include "progress.h"
 #include "rank_figures.h"
 #include "report.h"
 #include "resume_config.h"
 #include "run_dir.h"
 #include "run_dir_lock.h"
+#include "step_measures.h"
 #include "training_device.h"
 
 namespace fsdp_train {
@@ -88,7 +88,8 @@ class Trainer {
         rank0_(world_.rank() == 0),
         sampler_(setup.corpus, o_.context, o_.seed),
         schedule_{o_.lr, o_.min_lr, o_.warmup, o_.steps},
-        tokens_per_step_(static_cast<double>(o_.batch * o_.context)) {}
+        tokens_per_step_(static_cast<double>(o_.batch * o_.context)),
+        measures_(setup.device) {}
 
   int run();
 
@@ -136,11 +137,7 @@ class Trainer {
   std::vector<int64_t> sharded_bytes_;  // per rank, as built
   int64_t start_step_ = 0;
   double recent_step_s_ = 0;  // moving average of the step time
-  int64_t run_peak_gathered_ = 0;
-  StepPeakMemory step_memory_;  // installed before the model is built
-  int64_t run_peak_tensors_ = 0;
-  DevicePeakMemory run_peak_device_;  // --device cuda: the allocator's peaks over the run
-  std::optional<fsdp::HookTimer> hook_timer_;  // --hook-times
+  StepMeasures measures_;  // constructed before the model is built
 };
 
 // Every collective below runs on every rank in the same order; only what
@@ -159,9 +156,9 @@ int Trainer::run() {
   if (rank0_) start_outputs(initial);
 
   Progress progress(progress_config());
-  if (o_.hook_times) hook_timer_.emplace();
+  if (o_.hook_times) measures_.start_hook_timer();
   const LoopOutcome loop = train_loop(progress);
-  hook_timer_.reset();
+  measures_.stop_hook_timer();
   progress.finish();
 
   const std::string final_dir = final_checkpoint_dir(run_dir_);
@@ -263,10 +260,7 @@ LoopOutcome Trainer::train_loop(Progress& progress) {
 }
 
 AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) {
-  fsdp::reset_peak_memory_stats(**model_);
-  step_memory_.start_step();
-  reset_device_peak_memory(s_.device);
-  if (hook_timer_) hook_timer_->take();  // not the last step's evaluation or checkpoint
+  measures_.start_step(**model_);
   const double local_loss = train_step(step);
   AgreedStep agreed;
   agreed.grad_norm = fsdp::clip_grad_norm_(
@@ -313,18 +307,6 @@ double Trainer::train_step(int64_t step) {
 StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
                                 Clock::time_point step_start) {
   const double step_s = seconds_since(step_start);  // the step, not its bookkeeping
-  const int64_t peak = fsdp::memory_stats(**model_).peak_gathered_param_bytes;
-  run_peak_gathered_ = std::max(run_peak_gathered_, peak);
-  const int64_t tensors = step_memory_.step_peak_tensor_bytes();
-  run_peak_tensors_ = std::max(run_peak_tensors_, tensors);
-  const DevicePeakMemory device = device_peak_memory(s_.device);
-  run_peak_device_.allocated = std::max(run_peak_device_.allocated, device.allocated);
-  run_peak_device_.reserved = std::max(run_peak_device_.reserved, device.reserved);
-  const std::vector<fsdp::HookTime> hooks =
-      hook_timer_ ? hook_timer_->take() : std::vector<fsdp::HookTime>{};
-  const auto hook_us = static_cast<int64_t>(std::llround(1e6 * fsdp::total_seconds(hooks)));
-  const auto per_rank = gather_per_rank(world_, {peak, tensors, peak_resident_bytes(),
-                                                 device.allocated, device.reserved, hook_us});
   recent_step_s_ = recent_step_s_ == 0 ? step_s : 0.9 * recent_step_s_ + 0.1 * step_s;
 
   StepRecord record;
@@ -335,19 +317,7 @@ StepRecord Trainer::step_record(int64_t step, const AgreedStep& agreed,
   record.ms = 1000.0 * step_s;
   record.tokens_per_s = tokens_per_step_ / step_s;
   record.sharded_param_bytes = sharded_bytes_;
-  record.peak_gathered_param_bytes = per_rank[0];
-  record.peak_tensor_bytes = per_rank[1];
-  record.peak_resident_bytes = per_rank[2];
-  if (s_.device.is_cuda()) {
-    record.peak_device_allocated_bytes = per_rank[3];
-    record.peak_device_reserved_bytes = per_rank[4];
-  }
-  if (hook_timer_) {
-    record.hook_us = per_rank[5];
-    for (const fsdp::HookTime& t : hooks) {
-      record.hook_us_by_range.emplace_back(fsdp::hook_name(t), 1e6 * t.seconds);
-    }
-  }
+  measures_.finish_step(world_, **model_, record);
   return record;
 }
 
@@ -423,23 +393,21 @@ std::string Trainer::sample_text() {
 
 // Every rank's bytes for the summary table. Collective.
 std::vector<RankMemory> Trainer::gather_rank_memory() {
-  const auto params = gather(fsdp::memory_stats(**model_).sharded_param_bytes);
+  const int64_t params = fsdp::memory_stats(**model_).sharded_param_bytes;
   // Gradients as the optimizer sees them: each parameter's (sharded) .grad().
   int64_t grad_bytes = 0;
   for (const auto& p : (*model_)->parameters()) {
     if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
   }
-  const auto grads = gather(grad_bytes);
-  const auto optim = gather(fsdp::optimizer_state_bytes(*optimizer_));
-  const auto peaks = gather(run_peak_gathered_);
-  const auto tensors = gather(run_peak_tensors_);
-  const auto resident = gather(peak_resident_bytes());
-  const auto device_allocated = gather(run_peak_device_.allocated);
-  const auto device_reserved = gather(run_peak_device_.reserved);
-  std::vector<RankMemory> ranks;
-  for (size_t r = 0; r < params.size(); ++r) {
-    ranks.push_back(RankMemory{params[r], grads[r], optim[r], peaks[r], tensors[r], resident[r],
-                               device_allocated[r], device_reserved[r]});
+  const RunPeaks& peaks = measures_.run_peaks();
+  const auto per_rank = gather_per_rank(
+      world_, {params, grad_bytes, fsdp::optimizer_state_bytes(*optimizer_), peaks.gathered,
+               peaks.tensors, peak_resident_bytes(), peaks.device.allocated,
+               peaks.device.reserved});
+  std::vector<RankMemory> ranks(per_rank[0].size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    ranks[r] = RankMemory{per_rank[0][r], per_rank[1][r], per_rank[2][r], per_rank[3][r],
+                          per_rank[4][r], per_rank[5][r], per_rank[6][r], per_rank[7][r]};
   }
   return ranks;
 }

@@ -5,14 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cmath>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "harness/child_process.h"
 #include "harness/multiprocess.h"
+#include "harness/shell_command.h"
 
 namespace fsdp::testing {
 namespace {
@@ -80,16 +81,10 @@ TEST(Examples, TrainMlpOnTwoRanksMatchesOneProcess) {
 
 TEST(Examples, TrainMlpWithoutALauncherSaysWhatIsMissing) {
   // Run directly, without RANK/WORLD_SIZE/MASTER_*: a clear error, exit 1.
-  const std::string command = kTrainMlp + " --steps 1 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, pipe)) output += buf;
-  const int status = ::pclose(pipe);
-  EXPECT_NE(status, 0) << output;
-  EXPECT_NE(output.find("train_mlp: fsdp: no launcher environment found"), std::string::npos)
-      << output;
+  const CommandRun run = run_command(kTrainMlp + " --steps 1", std::chrono::seconds(60));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_TRUE(contains(run.output, "train_mlp: fsdp: no launcher environment found"))
+      << run.output;
 }
 
 }  // namespace

@@ -11,37 +11,20 @@
 // Debian 13 root that has python3-torch 2.6.
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <torch/version.h>
 
-#include <array>
-#include <cstdio>
-#include <stdexcept>
 #include <string>
 
+#include "harness/child_process.h"
+#include "harness/shell_command.h"
 #include "harness/temp_dir.h"
 
 namespace {
 
-struct CommandRun {
-  int exit_code;
-  std::string output;
-};
+using fsdp::testing::CommandRun;
+using fsdp::testing::contains;
 
-CommandRun run(const std::string& command) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("popen failed for " + command);
-  std::string output;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+CommandRun run(const std::string& command) { return fsdp::testing::run_command(command); }
 
 // "" when python3 has FSDP2 of this LibTorch's release, else what is missing
 // and how to get it.

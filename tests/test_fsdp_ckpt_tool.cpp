@@ -6,19 +6,19 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "checkpoint/atomic_file.h"
+#include "harness/child_process.h"
 #include "harness/file_damage.h"
+#include "harness/shell_command.h"
+#include "harness/temp_dir.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/save.h"
@@ -29,35 +29,13 @@ using fsdp::ckpt::TensorPiece;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fsdp-ckpt-tool-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-
- private:
-  std::string path_;
-};
-
-struct ToolRun {
-  int exit_code;
-  std::string output;
-};
+using fsdp::testing::CommandRun;
+using fsdp::testing::contains;
+using fsdp::testing::TempDir;
 
 // Runs fsdp-ckpt with `args` (already shell-quoted where needed), stdout and stderr together.
-ToolRun fsdp_ckpt(const std::string& args) {
-  const std::string command = std::string(FSDP_BIN_DIR) + "/fsdp-ckpt " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("popen failed for " + command);
-  std::string output;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+CommandRun fsdp_ckpt(const std::string& args) {
+  return fsdp::testing::run_command(std::string(FSDP_BIN_DIR) + "/fsdp-ckpt " + args);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> model() {
@@ -92,18 +70,14 @@ void save_model(const std::string& dir, int64_t step = 77) {
   fsdp::ckpt::save_local(dir, by_rank, options);
 }
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
 }  // namespace
 
 TEST(FsdpCkptTool, HelpDocumentsEverySubcommand) {
-  const ToolRun run = fsdp_ckpt("--help");
+  const CommandRun run = fsdp_ckpt("--help");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   for (const char* word : {"inspect", "verify", "consolidate", "export", "reshard"})
     EXPECT_TRUE(contains(run.output, word)) << word << "\n" << run.output;
-  const ToolRun reshard_help = fsdp_ckpt("reshard --help");
+  const CommandRun reshard_help = fsdp_ckpt("reshard --help");
   EXPECT_TRUE(contains(reshard_help.output, "--world-size")) << reshard_help.output;
   EXPECT_TRUE(contains(reshard_help.output, "--overwrite")) << reshard_help.output;
   EXPECT_NE(fsdp_ckpt("").exit_code, 0);
@@ -112,7 +86,7 @@ TEST(FsdpCkptTool, HelpDocumentsEverySubcommand) {
 TEST(FsdpCkptTool, InspectPrintsTheTable) {
   TempDir tmp;
   save_model(tmp / "ckpt");
-  const ToolRun run = fsdp_ckpt("inspect " + tmp / "ckpt");
+  const CommandRun run = fsdp_ckpt("inspect " + tmp / "ckpt");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(contains(run.output, "world size   3")) << run.output;
   EXPECT_TRUE(contains(run.output, "step         77")) << run.output;
@@ -123,7 +97,7 @@ TEST(FsdpCkptTool, InspectPrintsTheTable) {
   EXPECT_TRUE(contains(run.output, "7.6 KiB")) << run.output;  // 61*16 doubles
   EXPECT_TRUE(contains(run.output, "5 tensors")) << run.output;
 
-  const ToolRun missing = fsdp_ckpt("inspect " + tmp / "nope");
+  const CommandRun missing = fsdp_ckpt("inspect " + tmp / "nope");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_TRUE(contains(missing.output, "fsdp-ckpt: error: fsdp: checkpoint directory '" + tmp / "nope" + "' does not exist"))
       << missing.output;
@@ -133,7 +107,7 @@ TEST(FsdpCkptTool, VerifyFindsCorruptionByFileAndTensor) {
   TempDir tmp;
   const std::string dir = tmp / "ckpt";
   save_model(dir);
-  const ToolRun ok = fsdp_ckpt("verify " + dir);
+  const CommandRun ok = fsdp_ckpt("verify " + dir);
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_TRUE(contains(ok.output, "OK: 5 tensors, 13 pieces")) << ok.output;
 
@@ -147,7 +121,7 @@ TEST(FsdpCkptTool, VerifyFindsCorruptionByFileAndTensor) {
     f.seekp(piece.byte_offset + 3);
     f.put('\x7f');
   }
-  const ToolRun bad = fsdp_ckpt("verify " + dir);
+  const CommandRun bad = fsdp_ckpt("verify " + dir);
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_TRUE(contains(bad.output, "'" + file + "' is corrupted: tensor 'blocks.0.mlp.weight'")) << bad.output;
 }
@@ -156,7 +130,7 @@ TEST(FsdpCkptTool, ConsolidateWritesOneStandardSafetensorsFile) {
   TempDir tmp;
   save_model(tmp / "ckpt");
   const std::string out = tmp / "model.safetensors";
-  const ToolRun run = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + out);
+  const CommandRun run = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + out);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto loaded = fsdp::ckpt::safetensors::load_file(out);
   std::map<std::string, at::Tensor> by_name(loaded.begin(), loaded.end());
@@ -168,11 +142,11 @@ TEST(FsdpCkptTool, ConsolidateWritesOneStandardSafetensorsFile) {
   }
   EXPECT_EQ(fsdp::ckpt::safetensors::read_header(out).metadata.at("libfsdp_step"), "77");
 
-  const ToolRun again = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + out);
+  const CommandRun again = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + out);
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_TRUE(contains(again.output, "already exists; pass overwrite (--overwrite)")) << again.output;
   EXPECT_EQ(fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + out + " --overwrite").exit_code, 0);
-  const ToolRun no_dir = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + tmp / "no/where.safetensors");
+  const CommandRun no_dir = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + tmp / "no/where.safetensors");
   EXPECT_EQ(no_dir.exit_code, 1);
   EXPECT_TRUE(contains(no_dir.output, "directory '" + tmp / "no" + "' does not exist")) << no_dir.output;
 }
@@ -181,7 +155,7 @@ TEST(FsdpCkptTool, ExportTorchIsAPickleThatTorchLoads) {
   TempDir tmp;
   save_model(tmp / "ckpt");
   const std::string out = tmp / "model.pt";
-  const ToolRun run = fsdp_ckpt("export " + tmp / "ckpt" + " --format torch --out " + out);
+  const CommandRun run = fsdp_ckpt("export " + tmp / "ckpt" + " --format torch --out " + out);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::string bytes = fsdp::ckpt::read_file(out);
   ASSERT_GT(bytes.size(), 4u);
@@ -196,7 +170,7 @@ TEST(FsdpCkptTool, ExportTorchIsAPickleThatTorchLoads) {
     EXPECT_EQ(got.scalar_type(), full.scalar_type()) << name;
     EXPECT_TRUE(at::equal(got, full)) << name;
   }
-  const ToolRun bad_format = fsdp_ckpt("export " + tmp / "ckpt" + " --format onnx --out " + tmp / "m.onnx");
+  const CommandRun bad_format = fsdp_ckpt("export " + tmp / "ckpt" + " --format onnx --out " + tmp / "m.onnx");
   EXPECT_NE(bad_format.exit_code, 0);
   EXPECT_TRUE(contains(bad_format.output, "onnx")) << bad_format.output;
   EXPECT_FALSE(fs::exists(tmp / "m.onnx"));
@@ -207,7 +181,7 @@ TEST(FsdpCkptTool, ReshardRewritesForAnotherWorldSize) {
   save_model(tmp / "ckpt");
   for (int world_size : {1, 2, 5}) {
     const std::string out = tmp / ("ws" + std::to_string(world_size));
-    const ToolRun run = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size " + std::to_string(world_size) +
+    const CommandRun run = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size " + std::to_string(world_size) +
                               " --out " + out);
     ASSERT_EQ(run.exit_code, 0) << run.output;
     const Reader reader = Reader::open(out);
@@ -225,15 +199,15 @@ TEST(FsdpCkptTool, ReshardRewritesForAnotherWorldSize) {
   const Reader five = Reader::open(tmp / "ws5");
   EXPECT_EQ(five.index().files.size(), 5u);
 
-  const ToolRun exists = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 2 --out " + tmp / "ws2");
+  const CommandRun exists = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 2 --out " + tmp / "ws2");
   EXPECT_EQ(exists.exit_code, 1);
   EXPECT_TRUE(contains(exists.output, "already exists")) << exists.output;
-  const ToolRun replaced = fsdp_ckpt("reshard " + tmp / "ws5" + " --world-size 4 --out " + tmp / "ws2 --overwrite");
+  const CommandRun replaced = fsdp_ckpt("reshard " + tmp / "ws5" + " --world-size 4 --out " + tmp / "ws2 --overwrite");
   ASSERT_EQ(replaced.exit_code, 0) << replaced.output;
   EXPECT_EQ(Reader::open(tmp / "ws2").saved_world_size(), 4);
   // The range is given with readable bounds (it once printed a 309-digit
   // number: issue #13, point 13).
-  const ToolRun zero = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 0 --out " + tmp / "ws0");
+  const CommandRun zero = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 0 --out " + tmp / "ws0");
   EXPECT_NE(zero.exit_code, 0);
   EXPECT_TRUE(contains(zero.output, "--world-size")) << zero.output;
   EXPECT_TRUE(contains(zero.output, "1048576")) << zero.output;  // CLI11 2.1 and 2.4 word it differently
@@ -247,19 +221,19 @@ TEST(FsdpCkptTool, AnOutputInsideTheInputIsRefusedAndTheCheckpointSurvives) {
   save_model(tmp / "ckpt");
   const std::string rank_file = tmp / "ckpt/rank-00000-of-00003.safetensors";
   ASSERT_TRUE(fs::exists(rank_file));
-  const ToolRun into_rank_file = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + rank_file + " --overwrite");
+  const CommandRun into_rank_file = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + rank_file + " --overwrite");
   EXPECT_EQ(into_rank_file.exit_code, 1);
   EXPECT_TRUE(contains(into_rank_file.output, "is inside the checkpoint")) << into_rank_file.output;
   // The same place spelled another way.
-  const ToolRun dotted = fsdp_ckpt("export " + tmp / "ckpt" + " --out " + tmp / "ckpt/../ckpt/m.pt --overwrite");
+  const CommandRun dotted = fsdp_ckpt("export " + tmp / "ckpt" + " --out " + tmp / "ckpt/../ckpt/m.pt --overwrite");
   EXPECT_EQ(dotted.exit_code, 1);
   EXPECT_TRUE(contains(dotted.output, "is inside the checkpoint")) << dotted.output;
-  const ToolRun onto_itself = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 2 --out " + tmp / "ckpt --overwrite");
+  const CommandRun onto_itself = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 2 --out " + tmp / "ckpt --overwrite");
   EXPECT_EQ(onto_itself.exit_code, 1);
   EXPECT_TRUE(contains(onto_itself.output, "is inside the checkpoint")) << onto_itself.output;
   fs::create_directories(tmp / "outer");
   fs::rename(tmp / "ckpt", tmp / "outer/ckpt");
-  const ToolRun over_parent = fsdp_ckpt("reshard " + tmp / "outer/ckpt" + " --world-size 2 --out " + tmp / "outer --overwrite");
+  const CommandRun over_parent = fsdp_ckpt("reshard " + tmp / "outer/ckpt" + " --world-size 2 --out " + tmp / "outer --overwrite");
   EXPECT_EQ(over_parent.exit_code, 1);
   EXPECT_TRUE(contains(over_parent.output, "holds the checkpoint")) << over_parent.output;
 
@@ -282,7 +256,7 @@ TEST(FsdpCkptTool, ARunDirMeansItsNewestCheckpointThatVerifies) {
   std::ofstream(run + "/checkpoints/step-00000090.partial-1-ab/rank-00000-of-00003.safetensors")
       << std::string(1000, 'x');
 
-  const ToolRun inspect = fsdp_ckpt("inspect " + run);
+  const CommandRun inspect = fsdp_ckpt("inspect " + run);
   ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
   EXPECT_TRUE(contains(inspect.output, "skipped (did not verify) " + run + "/checkpoints/step-00000080"))
       << inspect.output;
@@ -291,7 +265,7 @@ TEST(FsdpCkptTool, ARunDirMeansItsNewestCheckpointThatVerifies) {
       << inspect.output;
   EXPECT_TRUE(contains(inspect.output, "step         77")) << inspect.output;
 
-  const ToolRun verify = fsdp_ckpt("verify " + run);
+  const CommandRun verify = fsdp_ckpt("verify " + run);
   EXPECT_EQ(verify.exit_code, 1) << verify.output;
   EXPECT_TRUE(contains(verify.output, "FAILED: '" + run + "/checkpoints/step-00000080'")) << verify.output;
   EXPECT_TRUE(contains(verify.output, "verified in '" + run + "/checkpoint'")) << verify.output;
@@ -303,12 +277,12 @@ TEST(FsdpCkptTool, ARunDirMeansItsNewestCheckpointThatVerifies) {
   const int fd = ::open((run + "/.fsdp-train.lock").c_str(), O_RDWR | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
-  const ToolRun busy = fsdp_ckpt("clean " + run);
+  const CommandRun busy = fsdp_ckpt("clean " + run);
   EXPECT_EQ(busy.exit_code, 1) << busy.output;
   EXPECT_TRUE(contains(busy.output, "an fsdp-train run is using")) << busy.output;
   EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000090.partial-1-ab"));
   ::close(fd);
-  const ToolRun clean = fsdp_ckpt("clean " + run);
+  const CommandRun clean = fsdp_ckpt("clean " + run);
   ASSERT_EQ(clean.exit_code, 0) << clean.output;
   EXPECT_TRUE(contains(clean.output, "1 partial checkpoint removed")) << clean.output;
   EXPECT_FALSE(fs::exists(run + "/checkpoints/step-00000090.partial-1-ab"));

@@ -39,7 +39,8 @@ inline double elapsed_ms(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// "2 cores, LibTorch 1.13.1, backend gloo"
+// "2 cores, LibTorch 1.13.0, backend gloo". The version is the one the headers
+// name: Debian 12's libtorch-dev 1.13.1 was built from headers that say 1.13.0.
 inline std::string machine_line(const std::string& backend) {
   return fmt::format("{} cores, LibTorch {}, backend {}", std::thread::hardware_concurrency(),
                      TORCH_VERSION, backend);

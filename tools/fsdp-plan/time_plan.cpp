@@ -81,70 +81,113 @@ double optimizer_passes(Optimizer optimizer) {
   return 0;
 }
 
-TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwareProfile& hw) {
-  const double tokens = static_cast<double>(s.micro_batch) *
-                        static_cast<double>(s.seq_len > 0 ? s.seq_len : m.tokens_per_sample);
-  const double flops_per_s = hw.achieved_flops(s.bf16);
-  const double unit_overhead = hw.unit_overhead(s.bf16);
-  const double e = s.bf16 ? 2 : 4;
-  const int S = s.shard_size();
-  const Link& shard_link = ring_link(S, s.nproc_per_node, hw);
-  const int k = s.reshard_group > 1 ? s.reshard_group : S;
-  const Link& regather_link = ring_link(k, s.nproc_per_node, hw);
+namespace {
 
+// What every unit's times share: the micro-batch, the hardware's rates, and
+// the rings its collectives run on.
+struct UnitCostModel {
+  double tokens = 0;          // per micro-batch on a rank
+  double flops_per_s = 0;     // achieved
+  double unit_overhead = 0;   // the framework's fixed cost per unit and micro-batch
+  double element_bytes = 4;   // of a gathered parameter
+  int shard_size = 1;         // S: ranks a parameter is sharded over
+  const Link* shard_link = nullptr;
+  int regather_size = 1;      // ranks backward's re-gather runs over
+  const Link* regather_link = nullptr;
+};
+
+UnitCostModel unit_cost_model(const ModelSpec& m, const TrainingSetup& s,
+                              const HardwareProfile& hw) {
+  UnitCostModel c;
+  c.tokens = static_cast<double>(s.micro_batch) *
+             static_cast<double>(s.seq_len > 0 ? s.seq_len : m.tokens_per_sample);
+  c.flops_per_s = hw.achieved_flops(s.bf16);
+  c.unit_overhead = hw.unit_overhead(s.bf16);
+  c.element_bytes = s.bf16 ? 2 : 4;
+  c.shard_size = s.shard_size();
+  c.shard_link = &ring_link(c.shard_size, s.nproc_per_node, hw);
+  c.regather_size = s.reshard_group > 1 ? s.reshard_group : c.shard_size;
+  c.regather_link = &ring_link(c.regather_size, s.nproc_per_node, hw);
+  return c;
+}
+
+// One unit's compute and collectives; `recompute`: its forward runs again
+// in backward (activation checkpointing).
+UnitTimes unit_times(const UnitSpec& u, bool recompute, const UnitCostModel& c,
+                     const TrainingSetup& s, const HardwareProfile& hw) {
+  UnitTimes ut;
+  // A unit's fixed cost is split like its flops: a third forward.
+  const double flops_s = u.forward_flops_per_token * c.tokens / c.flops_per_s;
+  ut.forward_s = flops_s + c.unit_overhead / 3;
+  ut.backward_s = (recompute ? 3 : 2) * flops_s + 2 * c.unit_overhead / 3;
+  const int S = c.shard_size;
+  const double e = c.element_bytes;
+  const double padded = static_cast<double>(shard_numel(u.numel(), S)) * S;
+  if (S > 1) {
+    const bool gathered_twice = s.regathers_in_backward() && !u.root;
+    const int k = c.regather_size;
+    ut.forward_gather_s = ring_all_gather_s(padded * e, S, *c.shard_link);
+    if (gathered_twice) ut.backward_gather_s = ring_all_gather_s(padded * e, k, *c.regather_link);
+    ut.reduce_s = ring_reduce_scatter_s(padded * 4, S, *c.shard_link);
+    ut.gather_ring_steps = (S - 1) + (gathered_twice ? k - 1 : 0);
+    ut.reduce_ring_steps = S - 1;
+    const double per_byte = static_cast<double>(S - 1) / S;
+    ut.gather_bytes_sent = per_byte * padded * e * (gathered_twice ? 2 : 1);
+    ut.reduce_bytes_sent = per_byte * padded * 4;
+  }
+  const int replicas = s.world_size() / S;
+  if (replicas > 1) {  // hybrid across nodes, or NO_SHARD: all-reduce the (shard) gradient
+    const double shard_bytes = static_cast<double>(shard_numel(u.numel(), S)) * 4;
+    ut.reduce_s += ring_all_reduce_s(shard_bytes, replicas, hw.inter_node);
+    ut.reduce_bytes_sent += 2.0 * (replicas - 1) / replicas * shard_bytes;
+    ut.reduce_ring_steps += 2 * (replicas - 1);
+  }
+  return ut;
+}
+
+// Adds a unit's share of a step: gathers and compute once per micro-batch,
+// the reduction once per step.
+void add_unit(const UnitTimes& ut, int64_t grad_accum, TimePlan& t) {
+  const auto micro_batches = static_cast<double>(grad_accum);
+  t.ring_steps += micro_batches * ut.gather_ring_steps + ut.reduce_ring_steps;
+  t.compute_s += micro_batches * (ut.forward_s + ut.backward_s);
+  t.communication_s += micro_batches * (ut.forward_gather_s + ut.backward_gather_s) + ut.reduce_s;
+  t.bytes_sent += micro_batches * ut.gather_bytes_sent + ut.reduce_bytes_sent;
+}
+
+}  // namespace
+
+TimePlan plan_time(const ModelSpec& m, const TrainingSetup& s, const HardwareProfile& hw) {
+  const UnitCostModel cost = unit_cost_model(m, s, hw);
   std::vector<UnitTimes> units;
   TimePlan t;
   size_t block = 0;
   for (const auto& u : m.units) {
-    UnitTimes ut;
     const bool recompute =
         !u.root && s.checkpoint_every > 0 && block++ % static_cast<size_t>(s.checkpoint_every) == 0;
-    // A unit's fixed cost is split like its flops: a third forward.
-    const double flops_s = u.forward_flops_per_token * tokens / flops_per_s;
-    ut.forward_s = flops_s + unit_overhead / 3;
-    ut.backward_s = (recompute ? 3 : 2) * flops_s + 2 * unit_overhead / 3;
+    units.push_back(unit_times(u, recompute, cost, s, hw));
+    add_unit(units.back(), s.grad_accum, t);
     t.model_flops_per_token += 3 * u.forward_flops_per_token;
-    const double padded = static_cast<double>(shard_numel(u.numel(), S)) * S;
-    if (S > 1) {
-      const bool gathered_twice = s.regathers_in_backward() && !u.root;
-      ut.forward_gather_s = ring_all_gather_s(padded * e, S, shard_link);
-      if (gathered_twice) ut.backward_gather_s = ring_all_gather_s(padded * e, k, regather_link);
-      ut.reduce_s = ring_reduce_scatter_s(padded * 4, S, shard_link);
-      ut.gather_ring_steps = (S - 1) + (gathered_twice ? k - 1 : 0);
-      ut.reduce_ring_steps = S - 1;
-      const double per_byte = static_cast<double>(S - 1) / S;
-      ut.gather_bytes_sent = per_byte * padded * e * (gathered_twice ? 2 : 1);
-      ut.reduce_bytes_sent = per_byte * padded * 4;
-    }
-    const int replicas = s.world_size() / S;
-    if (replicas > 1) {  // hybrid across nodes, or NO_SHARD: all-reduce the (shard) gradient
-      const double shard_bytes = static_cast<double>(shard_numel(u.numel(), S)) * 4;
-      ut.reduce_s += ring_all_reduce_s(shard_bytes, replicas, hw.inter_node);
-      ut.reduce_bytes_sent += 2.0 * (replicas - 1) / replicas * shard_bytes;
-      ut.reduce_ring_steps += 2 * (replicas - 1);
-    }
-    t.ring_steps += static_cast<double>(s.grad_accum) * ut.gather_ring_steps + ut.reduce_ring_steps;
-    t.compute_s += static_cast<double>(s.grad_accum) * (ut.forward_s + ut.backward_s);
-    t.communication_s += static_cast<double>(s.grad_accum) * (ut.forward_gather_s + ut.backward_gather_s) + ut.reduce_s;
-    t.bytes_sent += static_cast<double>(s.grad_accum) * ut.gather_bytes_sent + ut.reduce_bytes_sent;
-    units.push_back(ut);
   }
   t.exposed_comm_s = exposed(units, s, hw.comm_compute_overlap) +
                      exposed_reductions(units, hw.comm_compute_overlap);
   double shard_elements = 0;
-  for (const auto& u : m.units) shard_elements += static_cast<double>(shard_numel(u.numel(), S));
+  for (const auto& u : m.units) {
+    shard_elements += static_cast<double>(shard_numel(u.numel(), cost.shard_size));
+  }
   t.optimizer_s = optimizer_passes(s.optimizer) * 4 * shard_elements /
                   (s.offload ? hw.host_memory_bytes_per_s : hw.memory_bytes_per_s);
   if (s.offload) {
     // Each gather copies the shard in; each reduction copies its shard out.
     const double gathers = s.regathers_in_backward() ? 2 : 1;
-    const double in = static_cast<double>(s.grad_accum) * gathers * shard_elements * e;
+    const double in =
+        static_cast<double>(s.grad_accum) * gathers * shard_elements * cost.element_bytes;
     t.offload_s = (in + 4 * shard_elements) / hw.host_link_bytes_per_s;
   }
   // [Note: synchronization calibrated on sharded steps] in calibrate.cpp.
   t.sync_overhead_s = t.ring_steps * hw.sync_per_ring_step(s.bf16);
   t.step_s = t.compute_s + t.exposed_comm_s + t.sync_overhead_s + t.optimizer_s + t.offload_s;
-  const double global_tokens = tokens * static_cast<double>(s.grad_accum) * s.world_size();
+  const double global_tokens = cost.tokens * static_cast<double>(s.grad_accum) * s.world_size();
   t.tokens_per_s = global_tokens / t.step_s;
   const double peak = s.bf16 ? hw.peak_flops_bf16 : hw.peak_flops_fp32;
   t.mfu = t.model_flops_per_token * t.tokens_per_s / s.world_size() / peak;

@@ -97,6 +97,65 @@ void write_line_in_two_pieces(const std::string& line) {
   (void)b;
 }
 
+// --spawn-child. The child says when its own marker paths are set, so a
+// signal can never find it still using ours. Returns false if it cannot.
+bool spawn_child() {
+  int ready[2];
+  if (pipe(ready) != 0) return false;
+  const pid_t child = fork();
+  if (child == 0) {
+    g_child = -1;
+    set_marker_paths("child");
+    close(ready[0]);
+    close(ready[1]);
+    sleep_seconds(120);
+    _exit(0);
+  }
+  close(ready[1]);
+  char byte;
+  while (read(ready[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  close(ready[0]);
+  g_child = child;
+  write_file(g_dir + "/child." + g_rank, std::to_string(child));
+  return true;
+}
+
+// --wait-all N: at most 30 s.
+void wait_for_all_pids(int n) {
+  for (int tries = 0; tries < 3000; ++tries) {
+    int present = 0;
+    for (int r = 0; r < n; ++r) {
+      struct stat st {};
+      present += stat((g_dir + "/pid." + std::to_string(r)).c_str(), &st) == 0;
+    }
+    if (present == n) return;
+    sleep_seconds(0.01);
+  }
+}
+
+void print_env() {
+  std::printf(
+      "env RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s "
+      "NODE_RANK=%s GROUP_WORLD_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s INHERIT=%s\n",
+      g_rank.c_str(), env_or("WORLD_SIZE", "unset").c_str(),
+      env_or("LOCAL_RANK", "unset").c_str(), env_or("LOCAL_WORLD_SIZE", "unset").c_str(),
+      env_or("GROUP_RANK", "unset").c_str(), env_or("NODE_RANK", "unset").c_str(),
+      env_or("GROUP_WORLD_SIZE", "unset").c_str(), env_or("MASTER_ADDR", "unset").c_str(),
+      env_or("MASTER_PORT", "unset").c_str(), env_or("FSDP_PROBE_INHERIT", "unset").c_str());
+  std::fprintf(stderr, "stderr-line rank=%s\n", g_rank.c_str());
+}
+
+void print_data_limit() {
+  rlimit limit{};
+  getrlimit(RLIMIT_DATA, &limit);
+  if (limit.rlim_cur == RLIM_INFINITY) {
+    std::printf("data-limit unlimited\n");
+  } else {
+    std::printf("data-limit %llu\n", static_cast<unsigned long long>(limit.rlim_cur));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,58 +182,16 @@ int main(int argc, char** argv) {
     } else if (arg == "--ignore-term") {
       signal(SIGTERM, SIG_IGN);
     } else if (arg == "--spawn-child") {
-      // The child says when its own marker paths are set, so a signal can
-      // never find it still using ours.
-      int ready[2];
-      if (pipe(ready) != 0) return 93;
-      pid_t child = fork();
-      if (child == 0) {
-        g_child = -1;
-        set_marker_paths("child");
-        close(ready[0]);
-        close(ready[1]);
-        sleep_seconds(120);
-        _exit(0);
-      }
-      close(ready[1]);
-      char byte;
-      while (read(ready[0], &byte, 1) < 0 && errno == EINTR) {
-      }
-      close(ready[0]);
-      g_child = child;
-      write_file(g_dir + "/child." + g_rank, std::to_string(child));
+      if (!spawn_child()) return 93;
     } else if (arg == "--wait-all") {
-      int n = std::atoi(next().c_str());
-      for (int tries = 0; tries < 3000; ++tries) {
-        int present = 0;
-        for (int r = 0; r < n; ++r) {
-          struct stat st {};
-          present += stat((g_dir + "/pid." + std::to_string(r)).c_str(), &st) == 0;
-        }
-        if (present == n) break;
-        sleep_seconds(0.01);
-      }
+      wait_for_all_pids(std::atoi(next().c_str()));
     } else if (arg == "--print-env") {
-      std::printf(
-          "env RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s "
-          "NODE_RANK=%s GROUP_WORLD_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s INHERIT=%s\n",
-          g_rank.c_str(), env_or("WORLD_SIZE", "unset").c_str(),
-          env_or("LOCAL_RANK", "unset").c_str(), env_or("LOCAL_WORLD_SIZE", "unset").c_str(),
-          env_or("GROUP_RANK", "unset").c_str(), env_or("NODE_RANK", "unset").c_str(),
-          env_or("GROUP_WORLD_SIZE", "unset").c_str(), env_or("MASTER_ADDR", "unset").c_str(),
-          env_or("MASTER_PORT", "unset").c_str(), env_or("FSDP_PROBE_INHERIT", "unset").c_str());
-      std::fprintf(stderr, "stderr-line rank=%s\n", g_rank.c_str());
+      print_env();
     } else if (arg == "--print-var") {
       const std::string name = next();
       std::printf("var %s=%s\n", name.c_str(), env_or(name.c_str(), "unset").c_str());
     } else if (arg == "--print-data-limit") {
-      rlimit limit{};
-      getrlimit(RLIMIT_DATA, &limit);
-      if (limit.rlim_cur == RLIM_INFINITY) {
-        std::printf("data-limit unlimited\n");
-      } else {
-        std::printf("data-limit %llu\n", static_cast<unsigned long long>(limit.rlim_cur));
-      }
+      print_data_limit();
     } else if (arg == "--lines") {
       int n = std::atoi(next().c_str());
       for (int k = 0; k < n; ++k) {

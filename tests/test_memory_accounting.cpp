@@ -65,6 +65,101 @@ int64_t reference_param_bytes(const torch::nn::Module& reference) {
   return total;
 }
 
+// What memory_stats must report, from the units' shapes alone.
+struct ExpectedBytes {
+  int64_t units = 0;
+  int64_t root_gathered = 0;
+  int64_t largest_block = 0;       // gathered
+  int64_t all_units_gathered = 0;  // the whole model gathered at once
+  int64_t padded_shards = 0;       // this rank's shard of every unit
+  int64_t largest_reduce = 0;      // one reduction's buffer
+  int64_t all_reduces = 0;         // every unit's buffer at once
+};
+
+ExpectedBytes expected_bytes(const UnitModule& model) {
+  ExpectedBytes e;
+  const auto numels = unit_numels(model);
+  e.units = static_cast<int64_t>(numels.size());
+  for (const auto& [unit, n] : numels) {
+    const int64_t gathered = padded(n, kWorld) * kFloat;
+    e.all_units_gathered += gathered;
+    if (!unit.empty()) e.largest_block = std::max(e.largest_block, gathered);
+    e.padded_shards += padded(n, kWorld) / kWorld * kFloat;
+  }
+  e.root_gathered = padded(numels.at(""), kWorld) * kFloat;
+  // A reduction's buffer: a row per rank plus the result row, each a shard
+  // plus one used-flag per parameter.
+  for (const auto& [unit, count] : unit_param_counts(model)) {
+    const int64_t row = padded(numels.at(unit), kWorld) / kWorld + count;
+    const int64_t buffer = (kWorld + 1) * row * kFloat;
+    e.largest_reduce = std::max(e.largest_reduce, buffer);
+    e.all_reduces += buffer;
+  }
+  return e;
+}
+
+// Forward: the root keeps its parameters for backward; every block is freed,
+// and at most two are gathered at once (one running, one prefetched).
+void expect_forward_bytes(const MemoryStats& s, const ExpectedBytes& e, int64_t n_layer,
+                          const std::string& where) {
+  EXPECT_EQ(s.gathered_param_bytes, e.root_gathered) << where;
+  EXPECT_LE(s.peak_gathered_param_bytes, e.root_gathered + 2 * e.largest_block)
+      << where << ": forward gathered more than the root + 2 units";
+  EXPECT_GE(s.peak_gathered_param_bytes, e.root_gathered + e.largest_block)
+      << where << ": a block must be gathered while it runs";
+  if (n_layer >= 3) {
+    EXPECT_LT(s.peak_gathered_param_bytes, e.all_units_gathered)
+        << where << ": the whole model was gathered at once in forward";
+  }
+}
+
+// Backward: the same bound on gathers, at most two reductions' buffers
+// alive at once, and nothing left gathered or in flight at the end.
+void expect_backward_bytes(const MemoryStats& s, const ExpectedBytes& e, int64_t n_layer,
+                           const std::string& where) {
+  EXPECT_LE(s.peak_gathered_param_bytes, e.root_gathered + 2 * e.largest_block)
+      << where << ": backward gathered more than the root + 2 units";
+  EXPECT_GE(s.peak_gathered_param_bytes, e.root_gathered + e.largest_block) << where;
+  EXPECT_EQ(s.gathered_param_bytes, 0) << where << ": parameters still gathered after backward";
+  EXPECT_LE(s.peak_grad_reduce_units, 2) << where;
+  EXPECT_LE(s.peak_grad_reduce_bytes, 2 * e.largest_reduce)
+      << where << ": more than two reductions' buffers alive at once";
+  EXPECT_GE(s.peak_grad_reduce_bytes, e.largest_reduce)
+      << where << ": every unit reduces, so one buffer must be counted";
+  if (n_layer >= 3) {
+    EXPECT_LT(s.peak_gathered_param_bytes, e.all_units_gathered)
+        << where << ": the whole model was gathered at once in backward";
+    EXPECT_LT(s.peak_grad_reduce_bytes, e.all_reduces)
+        << where << ": every unit's full gradient was alive at once";
+  }
+  EXPECT_EQ(s.grad_reduce_bytes, 0) << where << ": reductions still in flight after backward";
+}
+
+// Persistent state after a step: sharded params, sharded grads and AdamW
+// moments. Each category holds ceil(unit / 4) elements per unit at most,
+// under one element of padding per unit over a quarter.
+void expect_persistent_bytes(const UnitModule& model, const torch::optim::AdamW& opt,
+                             const ExpectedBytes& e, int64_t unsharded_param_bytes,
+                             const std::string& who) {
+  const MemoryStats stats = memory_stats(model);
+  const int64_t optimizer_bytes = optimizer_state_bytes(opt);
+  // AdamW's moments, counted here from its own state: two per parameter
+  // shard, each the shard's size.
+  int64_t expected_optimizer_bytes = 0;
+  for (const auto& p : model.parameters()) expected_optimizer_bytes += 2 * p.numel() * kFloat;
+  EXPECT_EQ(optimizer_bytes, expected_optimizer_bytes) << who;
+  EXPECT_EQ(stats.sharded_grad_bytes, e.padded_shards) << who;
+  const int64_t persistent = stats.sharded_param_bytes + stats.sharded_grad_bytes + optimizer_bytes;
+  const int64_t unsharded_total = 4 * unsharded_param_bytes;  // params, grads, 2 moments
+  const int64_t padding_allowance = 4 * e.units * kFloat;
+  EXPECT_LE(persistent, unsharded_total / kWorld + padding_allowance)
+      << who << ": persistent bytes " << persistent << " of an unsharded total "
+      << unsharded_total;
+  const double ratio = static_cast<double>(persistent) / static_cast<double>(unsharded_total);
+  EXPECT_LE(ratio, 0.26) << who;
+  EXPECT_GT(ratio, 0.2) << who << ": less than a quarter is not possible; accounting is off";
+}
+
 class MemoryAccounting : public ::testing::TestWithParam<int> {};
 
 TEST_P(MemoryAccounting, FullShardAdamWAtWorldSizeFour) {
@@ -82,98 +177,28 @@ TEST_P(MemoryAccounting, FullShardAdamWAtWorldSizeFour) {
     torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
     const std::string who = "rank " + std::to_string(ctx.rank);
 
-    // Expected per-unit sizes, from shapes alone.
-    const auto numels = unit_numels(*model);
-    ASSERT_EQ(numels.size(), static_cast<size_t>(n_layer + 1)) << who << ": root + one unit per block";
-    int64_t all_units_gathered = 0, largest_block = 0, padded_shards = 0;
-    for (const auto& [unit, n] : numels) {
-      const int64_t gathered = padded(n, kWorld) * kFloat;
-      all_units_gathered += gathered;
-      if (!unit.empty()) largest_block = std::max(largest_block, gathered);
-      padded_shards += padded(n, kWorld) / kWorld * kFloat;
-    }
-    const int64_t root_gathered = padded(numels.at(""), kWorld) * kFloat;
-    // A reduction's buffer: a row per rank plus the result row, each a shard
-    // plus one used-flag per parameter.
-    int64_t largest_reduce = 0, all_reduces = 0;
-    for (const auto& [unit, count] : unit_param_counts(*model)) {
-      const int64_t row = padded(numels.at(unit), kWorld) / kWorld + count;
-      const int64_t buffer = (kWorld + 1) * row * kFloat;
-      largest_reduce = std::max(largest_reduce, buffer);
-      all_reduces += buffer;
-    }
-
-    MemoryStats stats = memory_stats(*model);
-    EXPECT_EQ(stats.unsharded_param_bytes, unsharded_param_bytes) << who;
-    EXPECT_EQ(stats.root_unit_bytes, root_gathered) << who;
-    EXPECT_EQ(stats.largest_unit_bytes, largest_block) << who;
-    EXPECT_EQ(stats.sharded_param_bytes, padded_shards) << who;
-    EXPECT_EQ(stats.gathered_param_bytes, 0) << who << ": nothing gathered before the first step";
+    const ExpectedBytes expected = expected_bytes(*model);
+    ASSERT_EQ(expected.units, n_layer + 1) << who << ": root + one unit per block";
+    const MemoryStats built = memory_stats(*model);
+    EXPECT_EQ(built.unsharded_param_bytes, unsharded_param_bytes) << who;
+    EXPECT_EQ(built.root_unit_bytes, expected.root_gathered) << who;
+    EXPECT_EQ(built.largest_unit_bytes, expected.largest_block) << who;
+    EXPECT_EQ(built.sharded_param_bytes, expected.padded_shards) << who;
+    EXPECT_EQ(built.gathered_param_bytes, 0) << who << ": nothing gathered before the first step";
 
     for (int step = 0; step < 3; ++step) {
+      const std::string where = who + " step " + std::to_string(step);
       at::Tensor x = local_rows(tokens[step], ctx.rank, ctx.world_size);
       reset_peak_memory_stats(*model);
       at::Tensor loss = models::lm_loss(model->forward(x), x);
-      const MemoryStats after_forward = memory_stats(*model);
-      // The root keeps its parameters for backward; every block is freed.
-      EXPECT_EQ(after_forward.gathered_param_bytes, root_gathered) << who << " step " << step;
-      EXPECT_LE(after_forward.peak_gathered_param_bytes, root_gathered + 2 * largest_block)
-          << who << " step " << step << ": forward gathered more than the root + 2 units";
-      EXPECT_GE(after_forward.peak_gathered_param_bytes, root_gathered + largest_block)
-          << who << " step " << step << ": a block must be gathered while it runs";
-      if (n_layer >= 3) {
-        EXPECT_LT(after_forward.peak_gathered_param_bytes, all_units_gathered)
-            << who << " step " << step << ": the whole model was gathered at once in forward";
-      }
-
+      expect_forward_bytes(memory_stats(*model), expected, n_layer, where);
       opt.zero_grad();
       reset_peak_memory_stats(*model);
       loss.backward();
-      const MemoryStats after_backward = memory_stats(*model);
-      EXPECT_LE(after_backward.peak_gathered_param_bytes, root_gathered + 2 * largest_block)
-          << who << " step " << step << ": backward gathered more than the root + 2 units";
-      EXPECT_GE(after_backward.peak_gathered_param_bytes, root_gathered + largest_block)
-          << who << " step " << step;
-      if (n_layer >= 3) {
-        EXPECT_LT(after_backward.peak_gathered_param_bytes, all_units_gathered)
-            << who << " step " << step << ": the whole model was gathered at once in backward";
-      }
-      EXPECT_EQ(after_backward.gathered_param_bytes, 0)
-          << who << " step " << step << ": parameters still gathered after backward";
-      EXPECT_LE(after_backward.peak_grad_reduce_units, 2) << who << " step " << step;
-      EXPECT_LE(after_backward.peak_grad_reduce_bytes, 2 * largest_reduce)
-          << who << " step " << step << ": more than two reductions' buffers alive at once";
-      EXPECT_GE(after_backward.peak_grad_reduce_bytes, largest_reduce)
-          << who << " step " << step << ": every unit reduces, so one buffer must be counted";
-      if (n_layer >= 3) {
-        EXPECT_LT(after_backward.peak_grad_reduce_bytes, all_reduces)
-            << who << " step " << step << ": every unit's full gradient was alive at once";
-      }
-      EXPECT_EQ(after_backward.grad_reduce_bytes, 0)
-          << who << " step " << step << ": reductions still in flight after backward";
+      expect_backward_bytes(memory_stats(*model), expected, n_layer, where);
       opt.step();
     }
-
-    // Persistent state after a step: sharded params, sharded grads and AdamW
-    // moments. Each category holds ceil(unit / 4) elements per unit at most,
-    // under one element of padding per unit over a quarter.
-    stats = memory_stats(*model);
-    const int64_t optimizer_bytes = optimizer_state_bytes(opt);
-    // AdamW's moments, counted here from its own state: two per parameter
-    // shard, each the shard's size.
-    int64_t expected_optimizer_bytes = 0;
-    for (const auto& p : model->parameters()) expected_optimizer_bytes += 2 * p.numel() * kFloat;
-    EXPECT_EQ(optimizer_bytes, expected_optimizer_bytes) << who;
-    EXPECT_EQ(stats.sharded_grad_bytes, padded_shards) << who;
-    const int64_t persistent = stats.sharded_param_bytes + stats.sharded_grad_bytes + optimizer_bytes;
-    const int64_t unsharded_total = 4 * unsharded_param_bytes;  // params, grads, 2 moments
-    const int64_t padding_allowance = 4 * static_cast<int64_t>(numels.size()) * kFloat;
-    EXPECT_LE(persistent, unsharded_total / kWorld + padding_allowance)
-        << who << ": persistent bytes " << persistent << " of an unsharded total "
-        << unsharded_total;
-    const double ratio = static_cast<double>(persistent) / static_cast<double>(unsharded_total);
-    EXPECT_LE(ratio, 0.26) << who;
-    EXPECT_GT(ratio, 0.2) << who << ": less than a quarter is not possible; accounting is off";
+    expect_persistent_bytes(*model, opt, expected, unsharded_param_bytes, who);
   });
 }
 

@@ -27,14 +27,11 @@ std::string describe(const std::vector<int64_t>& numels, int world) {
   return out.str();
 }
 
-// Checks every invariant of one layout; returns false at the first failure
-// so an exhaustive sweep reports one case, not thousands of lines.
-bool check_layout(const std::vector<int64_t>& numels, int world) {
-  const std::string what = describe(numels, world);
-  const ShardLayout layout(numels, world);
+// The sizes: a padded buffer divisible by the world, the least padding,
+// never an empty shard.
+void check_sizes(const ShardLayout& layout, const std::vector<int64_t>& numels, int world,
+                 const std::string& what) {
   const int64_t total = std::accumulate(numels.begin(), numels.end(), int64_t{0});
-
-  // Sizes.
   EXPECT_EQ(layout.world_size(), world) << what;
   EXPECT_EQ(layout.num_params(), static_cast<int64_t>(numels.size())) << what;
   EXPECT_EQ(layout.total_numel(), total) << what;
@@ -53,9 +50,11 @@ bool check_layout(const std::vector<int64_t>& numels, int world) {
     EXPECT_EQ(layout.shard_numel(), 1) << what;
     EXPECT_EQ(layout.padding(), world) << what;
   }
-  if (::testing::Test::HasFailure()) return false;
+}
 
-  // Slots: parameters laid end to end in order.
+// Slots: parameters laid end to end in order; shards one after another.
+void check_slots(const ShardLayout& layout, const std::vector<int64_t>& numels,
+                 const std::string& what) {
   int64_t offset = 0;
   for (size_t i = 0; i < numels.size(); ++i) {
     const auto& slot = layout.slot(static_cast<int64_t>(i));
@@ -63,61 +62,76 @@ bool check_layout(const std::vector<int64_t>& numels, int world) {
     EXPECT_EQ(slot.numel, numels[i]) << what << ", parameter " << i;
     offset += numels[i];
   }
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < layout.world_size(); ++r) {
     EXPECT_EQ(layout.shard_begin(r), r * layout.shard_numel()) << what << ", rank " << r;
   }
-  if (::testing::Test::HasFailure()) return false;
+}
 
-  // Local slices: each flat element of the padded buffer is owned by exactly
-  // one (rank, parameter) pair or is padding; each parameter's slices over
-  // ranks 0..world-1 tile [0, numel) in rank order.
+// One parameter's slice on one rank: in range, at the same flat position
+// seen from the parameter and from the shard, and exactly their
+// intersection. Counts the elements it covers in `owners`.
+void check_slice(const ShardLayout& layout, int64_t p, int r, int64_t& next_begin,
+                 std::vector<int>& owners, const std::string& where) {
+  const auto& slot = layout.slot(p);
+  const auto s = layout.local_slice(p, r);
+  // Always in range, so narrow(0, offset, numel) is valid even when empty.
+  EXPECT_GE(s.numel, 0) << where;
+  EXPECT_GE(s.param_begin, 0) << where;
+  EXPECT_LE(s.param_begin + s.numel, slot.numel) << where;
+  EXPECT_GE(s.shard_offset, 0) << where;
+  EXPECT_LE(s.shard_offset + s.numel, layout.shard_numel()) << where;
+  const int64_t lo = std::max(slot.offset, layout.shard_begin(r));
+  const int64_t hi =
+      std::min(slot.offset + slot.numel, layout.shard_begin(r) + layout.shard_numel());
+  if (s.numel == 0) {
+    EXPECT_LE(hi, lo) << where << ": an intersection of " << (hi - lo)
+                      << " elements was reported empty";
+    return;
+  }
+  EXPECT_EQ(s.param_begin, next_begin) << where << ": slices must tile in rank order";
+  EXPECT_EQ(slot.offset + s.param_begin, layout.shard_begin(r) + s.shard_offset) << where;
+  EXPECT_EQ(s.numel, hi - lo) << where;
+  if (::testing::Test::HasFailure()) return;  // owners' indices rely on the range checks
+  for (int64_t e = 0; e < s.numel; ++e) {
+    ++owners[static_cast<size_t>(slot.offset + s.param_begin + e)];
+  }
+  next_begin = s.param_begin + s.numel;
+}
+
+// Local slices: each flat element of the padded buffer is owned by exactly
+// one (rank, parameter) pair or is padding; each parameter's slices over
+// ranks 0..world-1 tile [0, numel) in rank order.
+void check_slices(const ShardLayout& layout, const std::string& what) {
   std::vector<int> owners(static_cast<size_t>(layout.padded_numel()), 0);
-  for (size_t i = 0; i < numels.size(); ++i) {
-    const int64_t p = static_cast<int64_t>(i);
-    const auto& slot = layout.slot(p);
+  for (int64_t p = 0; p < layout.num_params(); ++p) {
     int64_t next_begin = 0;  // where the next non-empty slice must start
     int64_t covered = 0;
-    for (int r = 0; r < world; ++r) {
-      const auto s = layout.local_slice(p, r);
-      const std::string where = what + ", parameter " + std::to_string(i) + ", rank " +
-                                std::to_string(r);
-      // Always in range, so narrow(0, offset, numel) is valid even when empty.
-      EXPECT_GE(s.numel, 0) << where;
-      EXPECT_GE(s.param_begin, 0) << where;
-      EXPECT_LE(s.param_begin + s.numel, slot.numel) << where;
-      EXPECT_GE(s.shard_offset, 0) << where;
-      EXPECT_LE(s.shard_offset + s.numel, layout.shard_numel()) << where;
-      if (s.numel > 0) {
-        EXPECT_EQ(s.param_begin, next_begin) << where << ": slices must tile in rank order";
-        // The run sits at the same flat position seen from the parameter and
-        // from the shard.
-        EXPECT_EQ(slot.offset + s.param_begin, layout.shard_begin(r) + s.shard_offset) << where;
-        // And it is the whole intersection of the parameter with the shard.
-        const int64_t lo = std::max(slot.offset, layout.shard_begin(r));
-        const int64_t hi =
-            std::min(slot.offset + slot.numel, layout.shard_begin(r) + layout.shard_numel());
-        EXPECT_EQ(s.numel, hi - lo) << where;
-        for (int64_t e = 0; e < s.numel; ++e) ++owners[static_cast<size_t>(slot.offset + s.param_begin + e)];
-        next_begin = s.param_begin + s.numel;
-      } else {
-        // Empty: the parameter and the shard do not intersect.
-        const int64_t lo = std::max(slot.offset, layout.shard_begin(r));
-        const int64_t hi =
-            std::min(slot.offset + slot.numel, layout.shard_begin(r) + layout.shard_numel());
-        EXPECT_LE(hi, lo) << where << ": an intersection of " << (hi - lo)
-                          << " elements was reported empty";
-      }
-      covered += s.numel;
-      if (::testing::Test::HasFailure()) return false;
+    for (int r = 0; r < layout.world_size(); ++r) {
+      check_slice(layout, p, r, next_begin, owners,
+                  what + ", parameter " + std::to_string(p) + ", rank " + std::to_string(r));
+      if (::testing::Test::HasFailure()) return;
+      covered += layout.local_slice(p, r).numel;
     }
-    EXPECT_EQ(covered, slot.numel) << what << ", parameter " << i
-                                   << ": the ranks' slices do not add up to the parameter";
+    EXPECT_EQ(covered, layout.slot(p).numel)
+        << what << ", parameter " << p << ": the ranks' slices do not add up to the parameter";
   }
   for (int64_t e = 0; e < layout.padded_numel(); ++e) {
-    const int expected = e < total ? 1 : 0;  // padding belongs to no parameter
+    const int expected = e < layout.total_numel() ? 1 : 0;  // padding belongs to no parameter
     EXPECT_EQ(owners[static_cast<size_t>(e)], expected) << what << ", flat element " << e;
-    if (::testing::Test::HasFailure()) return false;
+    if (::testing::Test::HasFailure()) return;
   }
+}
+
+// Checks every invariant of one layout; returns false at the first failure
+// so an exhaustive sweep reports one case, not thousands of lines.
+bool check_layout(const std::vector<int64_t>& numels, int world) {
+  const std::string what = describe(numels, world);
+  const ShardLayout layout(numels, world);
+  check_sizes(layout, numels, world, what);
+  if (::testing::Test::HasFailure()) return false;
+  check_slots(layout, numels, what);
+  if (::testing::Test::HasFailure()) return false;
+  check_slices(layout, what);
   return !::testing::Test::HasFailure();
 }
 

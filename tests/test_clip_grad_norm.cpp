@@ -109,20 +109,9 @@ class ClipGradNorm : public ::testing::TestWithParam<ClipCase> {};
 TEST_P(ClipGradNorm, MatchesTorchClipOnTheFullGradients) {
   const ClipCase& c = GetParam();
   at::manual_seed(13);
-  if (c.model == "mlp") {
-    at::Tensor inputs = at::randn({kSteps, kGlobalBatch, 7});
-    at::Tensor targets = at::randn({kSteps, kGlobalBatch, 3});
-    check_clipping<Mlp>(
-        c, [](bool units) { return Mlp(7, 10, 3, units); }, inputs, targets,
-        [](const at::Tensor& out, const at::Tensor& y) { return at::mse_loss(out, y); });
-  } else {
-    const auto config = tiny_gpt_config(true);
-    at::Tensor tokens = at::randint(0, config.vocab_size, {kSteps, kGlobalBatch, config.context});
-    at::Tensor targets = at::randint(0, config.vocab_size, {kSteps, kGlobalBatch, config.context});
-    check_clipping<models::GPT>(
-        c, [](bool units) { return models::GPT(tiny_gpt_config(units)); }, tokens, targets,
-        [](const at::Tensor& logits, const at::Tensor& y) { return models::lm_loss(logits, y); });
-  }
+  with_parity_model(c.model, {kSteps, kGlobalBatch}, [&](auto make_model, auto... data) {
+    check_clipping<decltype(make_model(true))>(c, make_model, data...);
+  });
 }
 
 std::vector<ClipCase> clip_cases() {

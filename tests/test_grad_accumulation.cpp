@@ -141,22 +141,9 @@ class GradAccumulation : public ::testing::TestWithParam<AccumCase> {};
 TEST_P(GradAccumulation, MatchesSingleProcessAccumulation) {
   const AccumCase& c = GetParam();
   at::manual_seed(2024);
-  if (c.model == "mlp") {
-    at::Tensor inputs = at::randn({kSteps, kMicro, kMicroBatch, 7});
-    at::Tensor targets = at::randn({kSteps, kMicro, kMicroBatch, 3});
-    check_accumulation<Mlp>(
-        c, [](bool units) { return Mlp(7, 10, 3, units); }, inputs, targets,
-        [](const at::Tensor& out, const at::Tensor& y) { return at::mse_loss(out, y); });
-  } else {
-    const auto config = tiny_gpt_config(true);
-    at::Tensor tokens =
-        at::randint(0, config.vocab_size, {kSteps, kMicro, kMicroBatch, config.context});
-    at::Tensor targets =
-        at::randint(0, config.vocab_size, {kSteps, kMicro, kMicroBatch, config.context});
-    check_accumulation<models::GPT>(
-        c, [](bool units) { return models::GPT(tiny_gpt_config(units)); }, tokens, targets,
-        [](const at::Tensor& logits, const at::Tensor& y) { return models::lm_loss(logits, y); });
-  }
+  with_parity_model(c.model, {kSteps, kMicro, kMicroBatch}, [&](auto make_model, auto... data) {
+    check_accumulation<decltype(make_model(true))>(c, make_model, data...);
+  });
 }
 
 std::vector<AccumCase> accumulation_cases() {

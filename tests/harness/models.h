@@ -2,12 +2,15 @@
 // Small models for parity tests. Each marks its units with fsdp::Sharded<>
 // when `units` is true; unsharded, the same class is the reference.
 
+#include <ATen/ATen.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/optimizer.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "fsdp/models/gpt.h"
 #include "fsdp/sharded.h"
@@ -52,6 +55,38 @@ class GatedImpl : public torch::nn::Module {
 TORCH_MODULE(Gated);
 
 fsdp::models::GPTConfig tiny_gpt_config(bool shard_blocks);
+
+// The two models the parity tests train, by name: "mlp" (Mlp(7, 10, 3) on
+// random vectors, MSE) or "gpt" (tiny_gpt_config on random bytes, lm_loss).
+// Draws inputs, then targets, shaped `leading` plus the model's own
+// dimension, and calls check(make_model, inputs, targets, loss_fn), where
+// make_model(units) builds the model with or without its units marked:
+//
+//   with_parity_model(c.model, {kSteps, kBatch}, [&](auto make_model, auto... data) {
+//     check_parity<decltype(make_model(true))>(c, make_model, data...);
+//   });
+template <class Check>
+void with_parity_model(const std::string& model, std::vector<int64_t> leading, Check&& check) {
+  if (model == "mlp") {
+    std::vector<int64_t> shape = leading;
+    shape.push_back(7);
+    const at::Tensor inputs = at::randn(shape);
+    shape.back() = 3;
+    const at::Tensor targets = at::randn(shape);
+    check([](bool units) { return Mlp(7, 10, 3, units); }, inputs, targets,
+          [](const at::Tensor& out, const at::Tensor& y) { return at::mse_loss(out, y); });
+    return;
+  }
+  TORCH_CHECK(model == "gpt", "with_parity_model: no test model named '", model, "'");
+  const fsdp::models::GPTConfig config = tiny_gpt_config(true);
+  leading.push_back(config.context);
+  const at::Tensor tokens = at::randint(0, config.vocab_size, leading);
+  const at::Tensor targets = at::randint(0, config.vocab_size, leading);
+  check([](bool units) { return fsdp::models::GPT(tiny_gpt_config(units)); }, tokens, targets,
+        [](const at::Tensor& logits, const at::Tensor& y) {
+          return fsdp::models::lm_loss(logits, y);
+        });
+}
 
 // One language-model training step of `model` (a GPT, sharded or not) on
 // `tokens` as input and target: zero_grad, backward, step. Returns the loss.

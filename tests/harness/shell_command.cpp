@@ -11,6 +11,8 @@
 #include "harness/child_process.h"
 #include "harness/temp_dir.h"
 
+extern char** environ;
+
 namespace fsdp::testing {
 namespace {
 
@@ -19,12 +21,16 @@ namespace {
 pid_t start_shell(const std::string& command, const std::string& output_path) {
   const int out_fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out_fd < 0) throw std::runtime_error("run_command: cannot create " + output_path);
+  // Built before fork(): the child of a threaded process only makes
+  // async-signal-safe calls.
+  std::string sh = "/bin/sh", dash_c = "-c", text = command;
+  char* const argv[] = {sh.data(), dash_c.data(), text.data(), nullptr};
   const pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
-    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    execve(argv[0], argv, environ);
     _exit(127);
   }
   close(out_fd);

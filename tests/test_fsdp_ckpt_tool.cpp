@@ -3,11 +3,11 @@
 // input. Outputs are re-read with the library's own readers and compared.
 
 #include <ATen/ATen.h>
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
-#include <unistd.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -15,13 +15,13 @@
 #include <map>
 
 #include "checkpoint/atomic_file.h"
+#include "fsdp/checkpoint/reader.h"
+#include "fsdp/checkpoint/safetensors.h"
+#include "fsdp/checkpoint/save.h"
 #include "harness/child_process.h"
 #include "harness/file_damage.h"
 #include "harness/shell_command.h"
 #include "harness/temp_dir.h"
-#include "fsdp/checkpoint/reader.h"
-#include "fsdp/checkpoint/safetensors.h"
-#include "fsdp/checkpoint/save.h"
 
 namespace fs = std::filesystem;
 using fsdp::ckpt::Reader;
@@ -146,7 +146,8 @@ TEST(FsdpCkptTool, ConsolidateWritesOneStandardSafetensorsFile) {
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_TRUE(contains(again.output, "already exists; pass overwrite (--overwrite)")) << again.output;
   EXPECT_EQ(fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + out + " --overwrite").exit_code, 0);
-  const CommandRun no_dir = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + tmp / "no/where.safetensors");
+  const CommandRun no_dir =
+      fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + tmp / "no/where.safetensors");
   EXPECT_EQ(no_dir.exit_code, 1);
   EXPECT_TRUE(contains(no_dir.output, "directory '" + tmp / "no" + "' does not exist")) << no_dir.output;
 }
@@ -170,7 +171,8 @@ TEST(FsdpCkptTool, ExportTorchIsAPickleThatTorchLoads) {
     EXPECT_EQ(got.scalar_type(), full.scalar_type()) << name;
     EXPECT_TRUE(at::equal(got, full)) << name;
   }
-  const CommandRun bad_format = fsdp_ckpt("export " + tmp / "ckpt" + " --format onnx --out " + tmp / "m.onnx");
+  const CommandRun bad_format =
+      fsdp_ckpt("export " + tmp / "ckpt" + " --format onnx --out " + tmp / "m.onnx");
   EXPECT_NE(bad_format.exit_code, 0);
   EXPECT_TRUE(contains(bad_format.output, "onnx")) << bad_format.output;
   EXPECT_FALSE(fs::exists(tmp / "m.onnx"));
@@ -181,8 +183,8 @@ TEST(FsdpCkptTool, ReshardRewritesForAnotherWorldSize) {
   save_model(tmp / "ckpt");
   for (int world_size : {1, 2, 5}) {
     const std::string out = tmp / ("ws" + std::to_string(world_size));
-    const CommandRun run = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size " + std::to_string(world_size) +
-                              " --out " + out);
+    const CommandRun run = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size " +
+                                     std::to_string(world_size) + " --out " + out);
     ASSERT_EQ(run.exit_code, 0) << run.output;
     const Reader reader = Reader::open(out);
     EXPECT_EQ(reader.saved_world_size(), world_size);
@@ -199,15 +201,18 @@ TEST(FsdpCkptTool, ReshardRewritesForAnotherWorldSize) {
   const Reader five = Reader::open(tmp / "ws5");
   EXPECT_EQ(five.index().files.size(), 5u);
 
-  const CommandRun exists = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 2 --out " + tmp / "ws2");
+  const CommandRun exists =
+      fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 2 --out " + tmp / "ws2");
   EXPECT_EQ(exists.exit_code, 1);
   EXPECT_TRUE(contains(exists.output, "already exists")) << exists.output;
-  const CommandRun replaced = fsdp_ckpt("reshard " + tmp / "ws5" + " --world-size 4 --out " + tmp / "ws2 --overwrite");
+  const CommandRun replaced =
+      fsdp_ckpt("reshard " + tmp / "ws5" + " --world-size 4 --out " + tmp / "ws2 --overwrite");
   ASSERT_EQ(replaced.exit_code, 0) << replaced.output;
   EXPECT_EQ(Reader::open(tmp / "ws2").saved_world_size(), 4);
   // The range is given with readable bounds (it once printed a 309-digit
   // number: issue #13, point 13).
-  const CommandRun zero = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 0 --out " + tmp / "ws0");
+  const CommandRun zero =
+      fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 0 --out " + tmp / "ws0");
   EXPECT_NE(zero.exit_code, 0);
   EXPECT_TRUE(contains(zero.output, "--world-size")) << zero.output;
   EXPECT_TRUE(contains(zero.output, "1048576")) << zero.output;  // CLI11 2.1 and 2.4 word it differently
@@ -221,19 +226,23 @@ TEST(FsdpCkptTool, AnOutputInsideTheInputIsRefusedAndTheCheckpointSurvives) {
   save_model(tmp / "ckpt");
   const std::string rank_file = tmp / "ckpt/rank-00000-of-00003.safetensors";
   ASSERT_TRUE(fs::exists(rank_file));
-  const CommandRun into_rank_file = fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + rank_file + " --overwrite");
+  const CommandRun into_rank_file =
+      fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + rank_file + " --overwrite");
   EXPECT_EQ(into_rank_file.exit_code, 1);
   EXPECT_TRUE(contains(into_rank_file.output, "is inside the checkpoint")) << into_rank_file.output;
   // The same place spelled another way.
-  const CommandRun dotted = fsdp_ckpt("export " + tmp / "ckpt" + " --out " + tmp / "ckpt/../ckpt/m.pt --overwrite");
+  const CommandRun dotted =
+      fsdp_ckpt("export " + tmp / "ckpt" + " --out " + tmp / "ckpt/../ckpt/m.pt --overwrite");
   EXPECT_EQ(dotted.exit_code, 1);
   EXPECT_TRUE(contains(dotted.output, "is inside the checkpoint")) << dotted.output;
-  const CommandRun onto_itself = fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 2 --out " + tmp / "ckpt --overwrite");
+  const CommandRun onto_itself =
+      fsdp_ckpt("reshard " + tmp / "ckpt" + " --world-size 2 --out " + tmp / "ckpt --overwrite");
   EXPECT_EQ(onto_itself.exit_code, 1);
   EXPECT_TRUE(contains(onto_itself.output, "is inside the checkpoint")) << onto_itself.output;
   fs::create_directories(tmp / "outer");
   fs::rename(tmp / "ckpt", tmp / "outer/ckpt");
-  const CommandRun over_parent = fsdp_ckpt("reshard " + tmp / "outer/ckpt" + " --world-size 2 --out " + tmp / "outer --overwrite");
+  const CommandRun over_parent = fsdp_ckpt("reshard " + tmp / "outer/ckpt" +
+                                           " --world-size 2 --out " + tmp / "outer --overwrite");
   EXPECT_EQ(over_parent.exit_code, 1);
   EXPECT_TRUE(contains(over_parent.output, "holds the checkpoint")) << over_parent.output;
 

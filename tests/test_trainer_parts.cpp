@@ -298,9 +298,12 @@ TEST(TrainerMetrics, HookSummaryIsTheMedianStepOfTheSlowestRankPerUnit) {
   EXPECT_EQ(h->by_range[1].first, "post_backward");
   EXPECT_DOUBLE_EQ(h->by_range[1].second, 800.0 / 8);  // of 800, 0, 1600
   // No hook times, no summary.
-  EXPECT_FALSE(fsdp_train::summarize_hook_times({hook_step(1, {}, {})}, 4, 1, false).has_value());
+  EXPECT_FALSE(fsdp_train::summarize_hook_times({hook_step(1, {}, {})}, 4, 1,
+                                                   /*includes_waits=*/false)
+                   .has_value());
   // On the GPU the hooks only launch collectives: no waits to mention.
-  EXPECT_FALSE(fsdp_train::summarize_hook_times(records, 4, 2, false)->includes_waits);
+  EXPECT_FALSE(
+      fsdp_train::summarize_hook_times(records, 4, 2, /*includes_waits=*/false).value().includes_waits);
 }
 
 }  // namespace

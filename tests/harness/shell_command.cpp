@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -21,6 +23,10 @@ namespace {
 pid_t start_shell(const std::string& command, const std::string& output_path) {
   const int out_fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out_fd < 0) throw std::runtime_error("run_command: cannot create " + output_path);
+  // Not the terminal's stdin: a background process group that reads it is
+  // stopped (SIGTTIN), which waiting for an exit would not see.
+  const int in_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (in_fd < 0) throw std::runtime_error("run_command: cannot open /dev/null");
   // Built before fork(): the child of a threaded process only makes
   // async-signal-safe calls.
   std::string sh = "/bin/sh", dash_c = "-c", text = command;
@@ -28,15 +34,42 @@ pid_t start_shell(const std::string& command, const std::string& output_path) {
   const pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
+    dup2(in_fd, STDIN_FILENO);
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
     execve(argv[0], argv, environ);
     _exit(127);
   }
   close(out_fd);
+  close(in_fd);
   if (pid < 0) throw std::runtime_error("run_command: fork failed for " + command);
   setpgid(pid, pid);  // also here: the child may not have run yet
   return pid;
+}
+
+[[noreturn]] void fail(const std::string& call) {
+  throw std::runtime_error("run_command: " + call + ": " + std::strerror(errno));
+}
+
+// True once the shell has exited, without reaping it: until it is reaped
+// its pid, and so the group's id, cannot be reused, so killing the group
+// cannot hit a stranger.
+bool exited(pid_t pid) {
+  while (true) {
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0) {
+      return info.si_pid == pid;
+    }
+    if (errno != EINTR) fail("waitid");
+  }
+}
+
+int reap(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) fail("waitpid");
+  }
+  return status;
 }
 
 }  // namespace
@@ -46,21 +79,16 @@ CommandRun run_command(const std::string& command, std::chrono::seconds limit) {
   const std::string output_path = dir / "output";
   const pid_t pid = start_shell(command, output_path);
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  CommandRun run;
-  // Waits without reaping: until the shell is reaped its pid, and so the
-  // group's id, cannot be reused, so killing the group cannot hit a stranger.
-  while (std::chrono::steady_clock::now() < deadline) {
-    siginfo_t info{};
-    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-        info.si_pid == pid) {
-      run.finished = true;
-      break;
-    }
+  bool done = exited(pid);
+  while (!done && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    done = exited(pid);
   }
   kill(-pid, SIGKILL);  // at the limit: all of it; else what it left behind
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int status = reap(pid);
+  CommandRun run;
+  // Had it exited just before the kill, its status says so.
+  run.finished = done || !(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   run.exit_code = run.finished && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   run.output = read_file(output_path);
   if (!run.finished) {

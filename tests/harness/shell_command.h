@@ -2,16 +2,20 @@
 // A shell command run to its end, for tests of programs most easily called
 // by a command line (`python3 -c '...'`, a tool with quoted arguments):
 //
-//   const fsdp::testing::CommandRun r = fsdp::testing::run_command("fsdp-ckpt info x");
+//   const fsdp::testing::CommandRun r = fsdp::testing::run_command("fsdp-ckpt inspect x");
 //   ASSERT_EQ(r.exit_code, 0) << r.output;
 //
 // [Note: shell commands in tests end]
 // popen() would wait as long as the command runs: a hung peer (a Gloo
 // rendezvous that never completes, a Python import stuck on a lock) would
 // hang the test and then CI. Here the command runs in its own process group,
-// and past the limit the whole group is SIGKILLed: the shell and what it
-// started. The group is also killed after the shell exits, so nothing the
-// command left in the background outlives the test.
+// with stdin from /dev/null, and past the limit the whole group is
+// SIGKILLed: the shell and what it started. The group is also killed after
+// the shell exits, so what the command left in the background in that group
+// ends with it. Processes that make groups of their own escape both kills:
+// fsdp-run's workers do, and end with fsdp-run through PR_SET_PDEATHSIG
+// ([Note: worker process groups] in tools/fsdp-run/worker_process.h). Being in its own group,
+// the command does not get a Ctrl-C meant for the test.
 
 #include <chrono>
 #include <string>

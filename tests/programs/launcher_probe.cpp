@@ -98,11 +98,13 @@ void write_line_in_two_pieces(const std::string& line) {
 }
 
 // --spawn-child. The child says when its own marker paths are set, so a
-// signal can never find it still using ours. Returns false if it cannot.
+// signal can never find it still using ours. Returns false if it cannot
+// (no pipe or no fork).
 bool spawn_child() {
   int ready[2];
   if (pipe(ready) != 0) return false;
   const pid_t child = fork();
+  if (child < 0) return false;
   if (child == 0) {
     g_child = -1;
     set_marker_paths("child");

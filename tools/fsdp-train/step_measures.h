@@ -31,7 +31,7 @@ struct RunPeaks {
 class StepMeasures {
  public:
   // Installs the counting allocator: construct before the model is built.
-  explicit StepMeasures(const c10::Device& device) : device_(device) {}
+  explicit StepMeasures(c10::Device device) : device_(device) {}
 
   // --hook-times: times the hooks from here to stop_hook_timer(), around the
   // training loop (not the final checkpoint or the sample).

@@ -35,8 +35,10 @@ demo: deps
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target fsdp-run fsdp-train
 	@BUILD_DIR=$(BUILD_DIR) scripts/demo.sh
 
+# Formats the C++ lines changed since HEAD (staged or not; new files once
+# `git add`ed) in .clang-format's style; the rest of the tree is left as it is.
 format:
-	clang-format -i $$(git ls-files '*.h' '*.cpp')
+	git clang-format --style file --force HEAD
 
 clean:
 	rm -rf $(BUILD_DIR)

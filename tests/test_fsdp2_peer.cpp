@@ -25,6 +25,12 @@ using fsdp::testing::CommandRun;
 using fsdp::testing::contains;
 using fsdp::testing::run_command;
 
+// Runs `script` (no single quotes) with python3 in bench/peers, where it can
+// import fsdp2_gpt and head_to_head.
+CommandRun run_peer_python(const std::string& script) {
+  return run_command("cd " FSDP_SOURCE_DIR "/bench/peers && python3 -c '" + script + "'");
+}
+
 // "" when python3 has FSDP2 of this LibTorch's release, else what is missing
 // and how to get it.
 std::string missing_peer() {
@@ -85,19 +91,17 @@ TEST(Fsdp2Peer, TrainsLikeFsdpTrainAndTheHarnessComparesThem) {
 // thread on its own; take() restarts the totals.
 TEST(Fsdp2Peer, HookTimesCountTheOutermostHookOnEachThread) {
   ASSERT_EQ(missing_peer(), "");
-  const CommandRun r =
-      run_command("cd " FSDP_SOURCE_DIR
-                  "/bench/peers && python3 -c '"
-                  "import threading, time, fsdp2_gpt as g\n"
-                  "h = g.HookTimes()\n"
-                  "inner = h.timed(lambda: time.sleep(0.02), \"inner\")\n"
-                  "outer = h.timed(lambda: (time.sleep(0.01), inner()), \"outer\")\n"
-                  "outer()\n"
-                  "t = threading.Thread(target=inner); t.start(); t.join()\n"
-                  "got = h.take()\n"
-                  "print(sorted(got), round(got[\"outer\"], 2) >= 0.03, got[\"inner\"] < 0.03)\n"
-                  "print(\"after take\", h.take())\n"
-                  "print(\"classes\", sorted(g.fsdp2_hook_classes()))'");
+  const CommandRun r = run_peer_python(
+      "import threading, time, fsdp2_gpt as g\n"
+      "h = g.HookTimes()\n"
+      "inner = h.timed(lambda: time.sleep(0.02), \"inner\")\n"
+      "outer = h.timed(lambda: (time.sleep(0.01), inner()), \"outer\")\n"
+      "outer()\n"
+      "t = threading.Thread(target=inner); t.start(); t.join()\n"
+      "got = h.take()\n"
+      "print(sorted(got), round(got[\"outer\"], 2) >= 0.03, got[\"inner\"] < 0.03)\n"
+      "print(\"after take\", h.take())\n"
+      "print(\"classes\", sorted(g.fsdp2_hook_classes()))");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // inner ran twice: inside outer (not counted) and alone on another thread.
   EXPECT_TRUE(contains(r.output, "['inner', 'outer'] True True")) << r.output;
@@ -109,16 +113,14 @@ TEST(Fsdp2Peer, HookTimesCountTheOutermostHookOnEachThread) {
 // fp32 (bound 1e-4), not in bf16 (bound 2e-2).
 TEST(Fsdp2Peer, TheLossCheckTellsAMismatchFromRounding) {
   ASSERT_EQ(missing_peer(), "");
-  const CommandRun r = run_command(
-      "cd " FSDP_SOURCE_DIR
-      "/bench/peers && python3 -c '"
+  const CommandRun r = run_peer_python(
       "import types, head_to_head as h\n"
       "ours = [dict(loss=5.0), dict(loss=4.0)]\n"
       "theirs = [dict(loss=5.0), dict(loss=4.0008)]\n"
       "for mp in (\"fp32\", \"bf16\"):\n"
       "    steps, worst, bound = h.loss_agreement(types.SimpleNamespace(mixed_precision=mp), "
       "ours, theirs)\n"
-      "    print(mp, steps, round(worst, 6), bound, worst <= bound)'");
+      "    print(mp, steps, round(worst, 6), bound, worst <= bound)");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "fp32 2 0.0002 0.0001 False")) << r.output;
   EXPECT_TRUE(contains(r.output, "bf16 2 0.0002 0.02 True")) << r.output;
@@ -128,11 +130,10 @@ TEST(Fsdp2Peer, TheLossCheckTellsAMismatchFromRounding) {
 // refuses ZeRO-3 on the CPU, naming the fix (checked whatever torch this is).
 TEST(Fsdp2Peer, FullReshardingOnTheCpuIsRefusedNamingTheFix) {
   ASSERT_EQ(missing_peer(), "");
-  const CommandRun r = run_command("cd " FSDP_SOURCE_DIR
-                                   "/bench/peers && python3 -c '"
-                                   "import fsdp2_gpt as g\n"
-                                   "g.torch_release = lambda: (2, 6)\n"
-                                   "g.parse_args([\"--data\", \"x\", \"--strategy\", \"full\"])'");
+  const CommandRun r = run_peer_python(
+      "import fsdp2_gpt as g\n"
+      "g.torch_release = lambda: (2, 6)\n"
+      "g.parse_args([\"--data\", \"x\", \"--strategy\", \"full\"])");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "pass --strategy grad-op")) << r.output;
 }

@@ -131,9 +131,9 @@ def hook_figures(a, name, timed):
     if any("hook_us" not in r for r in timed):
         sys.exit(f"head_to_head: {name} was asked for --hook-times but its metrics carry no "
                  "hook_us; pass --no-hook-times to compare without them")
-    names = list(dict.fromkeys(name for r in timed for name in r["hook_us_by_range"]))
-    by_range = {name: statistics.median(r["hook_us_by_range"].get(name, 0.0) for r in timed) / units
-                for name in names}
+    hooks = list(dict.fromkeys(hook for r in timed for hook in r["hook_us_by_range"]))
+    by_range = {hook: statistics.median(r["hook_us_by_range"].get(hook, 0.0) for r in timed)
+                / units for hook in hooks}
     slowest = statistics.median(max(r["hook_us"]) for r in timed)
     return dict(hook_us_per_unit=slowest / units, hook_by_range=by_range)
 

@@ -354,6 +354,44 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
   EXPECT_FALSE(fs::exists(tmp / "never"));
 }
 
+// [Note: ranks stop together on a problem one of them found]. Two "nodes"
+// (working directories) of one rank each; only node 0 has the corpus that
+// the relative --data names. Node 1's rank refuses; node 0's rank, whose
+// input is fine, stops at once naming it, instead of waiting out --timeout
+// for a peer that left.
+TEST(Trainer, AnInputMissingOnOneNodeStopsEveryRankAtOnceNamingIt) {
+  TempDir node0, node1, runs;
+  fs::copy_file(test_corpus_path(), node0 / "corpus.txt");
+  std::vector<std::string> args = tiny({"--steps", "2", "--timeout", "300"});
+  args.erase(args.begin(), args.begin() + 2);  // tiny's absolute --data
+  args = concat({"--data", "corpus.txt", "--run-dir", runs / "run"}, args);
+  const std::string port = std::to_string(free_tcp_port());
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (const TempDir* node : {&node0, &node1}) {
+    const std::string rank = std::to_string(ranks.size());
+    // sh enters the node's directory, then becomes fsdp-train.
+    std::vector<std::string> command = {"-c", "cd \"$0\" && exec \"$@\"", node->path(),
+                                        FSDP_BIN_DIR "/fsdp-train"};
+    ranks.push_back(std::make_unique<ChildProcess>(
+        *node, "/bin/sh", concat(command, args),
+        std::vector<std::string>{"RANK=" + rank, "WORLD_SIZE=2", "LOCAL_RANK=0",
+                                 "LOCAL_WORLD_SIZE=1", "MASTER_ADDR=127.0.0.1",
+                                 "MASTER_PORT=" + port, "OMP_NUM_THREADS=1"}));
+  }
+  const ChildResult ready = ranks[0]->wait(60s);  // far below --timeout 300
+  const ChildResult missing = ranks[1]->wait(60s);
+  EXPECT_TRUE(missing.exited_with(2)) << missing.describe();
+  EXPECT_TRUE(contains(missing.err, "fsdp-train: error: data file 'corpus.txt' does not exist"))
+      << missing.describe();
+  EXPECT_TRUE(ready.exited_with(2)) << ready.describe();
+  for (const char* text : {"fsdp-train: error: rank 1 on ",
+                           " cannot start: data file 'corpus.txt' does not exist",
+                           "fsdp-train: every rank stops"}) {
+    EXPECT_TRUE(contains(ready.err, text)) << text << "\n" << ready.describe();
+  }
+  EXPECT_FALSE(fs::exists(fs::path(runs / "run") / "metrics.jsonl"));
+}
+
 TEST(Trainer, HelpDocumentsEveryOptionWithItsDefault) {
   const auto r = run_alone({"--help"});
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -3,6 +3,7 @@
 //
 //   fsdp/comm/process_group.h  process groups and collectives (Gloo, NCCL)
 //   fsdp/comm/launch_env.h     rank and world from torchrun/mpirun/srun env
+//   fsdp/comm/job_rendezvous.h ranks meet, agree they can start, then make the world
 //   fsdp/comm/compression.h    bf16 / block-int8 collectives (CommCompression)
 //   fsdp/options.h             FullyShardOptions and its policies
 //   fsdp/sharded.h             fsdp::Sharded<M>: marks a unit in a model
@@ -34,6 +35,7 @@
 #include "fsdp/checkpointed.h"
 #include "fsdp/clip_grad.h"
 #include "fsdp/comm/compression.h"
+#include "fsdp/comm/job_rendezvous.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
 #include "fsdp/cpu_allocation_counter.h"

@@ -10,8 +10,7 @@
 #include <numeric>
 
 #include "comm/backends.h"
-#include "comm/gloo_address.h"
-#include "comm/rendezvous_store.h"
+#include "fsdp/comm/job_rendezvous.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/error_message.h"
 
@@ -58,13 +57,9 @@ ProcessGroupPtr make_process_group(const c10::intrusive_ptr<c10d::Store>& store,
 }
 
 ProcessGroupPtr init_process_group_from_env(GroupOptions options) {
-  const LaunchEnv env = read_launch_env();
   // [Note: a deadline on every rendezvous wait]
-  c10::intrusive_ptr<c10d::Store> store = comm::join_rendezvous(env, options.timeout);
-  // 127.0.0.1 is unreachable from other hosts. See [Note: the address Gloo binds to].
-  options.hostname = comm::gloo_hostname_for_job(options.hostname, env.master_addr,
-                                                 env.master_port);
-  return make_process_group(store, env.rank, env.world_size, std::move(options));
+  const JobRendezvous meeting(read_launch_env(), /*problems=*/{}, options.timeout);
+  return meeting.create_world(std::move(options));
 }
 
 ProcessGroupPtr make_single_process_group(GroupOptions options) {

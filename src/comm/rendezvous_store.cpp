@@ -63,6 +63,16 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env,
   }
 }
 
+// How many ranks have arrived. A store whose server went away (rank 0 gave
+// up or died) is named as such, not by its socket error alone.
+int64_t arrivals(c10d::Store& store, const LaunchEnv& env) {
+  try {
+    return store.add(kArrivals, 0);
+  } catch (const std::exception& e) {
+    throw_store_stopped_answering(env, "waited for the others", e);
+  }
+}
+
 // Rank 0 says who is missing, now and then, until everyone is there.
 void wait_for_all_ranks(c10d::Store& store, const LaunchEnv& env,
                         std::chrono::milliseconds timeout) {
@@ -71,7 +81,7 @@ void wait_for_all_ranks(c10d::Store& store, const LaunchEnv& env,
       std::min<Clock::duration>(std::chrono::seconds(30), std::max<Clock::duration>(
                                                               std::chrono::seconds(1), timeout / 4));
   auto next_progress = start + progress_every;
-  while (store.add(kArrivals, 0) < env.world_size) {
+  while (arrivals(store, env) < env.world_size) {
     const auto now = Clock::now();
     if (now - start > timeout) {
       TORCH_CHECK(false, "fsdp: rank ", env.rank, ": ranks ", missing_ranks(store, env),
@@ -107,6 +117,14 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env,
 }
 
 }  // namespace
+
+void throw_store_stopped_answering(const LaunchEnv& env, const char* doing,
+                                   const std::exception& cause) {
+  TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size, ": the rendezvous store at ",
+              where(env), " stopped answering while this rank ", doing, ": ",
+              error_message(cause), ". Rank 0 serves it: check its output (it may have given "
+              "up waiting, or died)");
+}
 
 // [Note: a deadline on every rendezvous wait]
 c10::intrusive_ptr<c10d::Store> join_rendezvous(const LaunchEnv& env,

@@ -30,4 +30,9 @@ namespace fsdp::comm {
 c10::intrusive_ptr<c10d::Store> join_rendezvous(const LaunchEnv& env,
                                                 std::chrono::milliseconds timeout);
 
+// Throws c10::Error for a store operation that failed with `cause` while this
+// rank was `doing` something: the store's server (rank 0) went away.
+[[noreturn]] void throw_store_stopped_answering(const LaunchEnv& env, const char* doing,
+                                                const std::exception& cause);
+
 }  // namespace fsdp::comm

@@ -13,9 +13,10 @@
 //
 // This file decides where the process sits in the job (alone, or launched by
 // fsdp-run/torchrun/mpirun/srun), checks every input on every rank before
-// any heavy work or any collective, then creates the process group and
-// trains. Exit status: 0 done; 2 bad input (every rank); 1 a failure while
-// training.
+// any heavy work or any collective, has the ranks agree that every one of
+// them can start, then creates the process group and trains. Exit status:
+// 0 done; 2 bad input (every rank, wherever it was found); 1 a failure
+// while training.
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -26,12 +27,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "corpus.h"
 #include "fsdp/checkpoint/reader.h"
+#include "fsdp/comm/job_rendezvous.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/comm/process_group.h"
 #include "fsdp/cpu_heap.h"
@@ -125,8 +129,9 @@ bool check_memory(const TrainSetup& setup, int ranks_on_node, std::vector<std::s
 }
 
 // Every input, checked on every rank before any heavy work or collective.
-// The verdict depends only on the arguments, the files and the world size,
-// so all ranks exit together when something is wrong.
+// Most verdicts depend only on the arguments and the world size; those on
+// files, memory and GPUs may differ between nodes, which is why the ranks
+// then share them (train_distributed).
 std::vector<std::string> check_inputs(TrainSetup& setup, int world_size, int ranks_on_node) {
   std::vector<std::string> errors;
   adopt_resume_checkpoint(setup, errors);
@@ -155,30 +160,100 @@ int report_bad_input(const std::vector<std::string>& errors) {
   return kBadInput;
 }
 
-// Creates the process group (alone: a one-rank group) and
-// trains. A failure from here on is not the input's: exit 1.
-int train_in_world(TrainSetup& setup, bool distributed, const fsdp::LaunchEnv& env) {
+// A rank that was ready names the ranks that were not. Only the first ready
+// rank of each node speaks (ranks are numbered node by node), so a node of
+// eight ranks says it once.
+void report_ranks_not_ready(const std::vector<fsdp::RankNotReady>& not_ready,
+                            const fsdp::LaunchEnv& env) {
+  const auto is_ready = [&](int rank) {
+    return std::none_of(not_ready.begin(), not_ready.end(),
+                        [&](const fsdp::RankNotReady& r) { return r.rank == rank; });
+  };
+  for (int rank = env.rank - env.local_rank; rank < env.rank; ++rank) {
+    if (is_ready(rank)) return;  // a lower ready rank of this node speaks
+  }
+  constexpr size_t kNamed = 8;
+  for (size_t i = 0; i < std::min(not_ready.size(), kNamed); ++i) {
+    const fsdp::RankNotReady& r = not_ready[i];
+    const std::string more =
+        r.problems.size() > 1 ? fmt::format(" (and {} more)", r.problems.size() - 1) : "";
+    std::fprintf(stderr, "fsdp-train: error: rank %d on %s cannot start: %s%s\n", r.rank,
+                 r.host.c_str(), r.problems.front().c_str(), more.c_str());
+  }
+  if (not_ready.size() > kNamed) {
+    std::fprintf(stderr, "fsdp-train: error: and %zu more ranks cannot start\n",
+                 not_ready.size() - kNamed);
+  }
+  std::fprintf(stderr,
+               "fsdp-train: every rank stops; fix the input on those ranks' nodes (their own "
+               "output says more) and start the job again\n");
+}
+
+fsdp::GroupOptions group_options(const TrainOptions& o) {
+  fsdp::GroupOptions options;
+  options.backend = fsdp_train::training_backend(o);
+  if (o.timeout > 0) {
+    options.timeout =
+        std::chrono::milliseconds(std::max<int64_t>(1, std::llround(o.timeout * 1000)));
+  }
+  return options;
+}
+
+// What a rank sets up once it knows the whole job will train.
+void prepare_this_rank(TrainSetup& setup, int local_world_size, int local_rank) {
+  setup.threads = threads_per_rank(local_world_size);
+  at::set_num_threads(setup.threads);
+  // Sharded steps free and reallocate the same buffers every unit; [Note:
+  // freed CPU memory kept for reuse] in fsdp/cpu_heap.h.
+  fsdp::keep_freed_cpu_memory();
+  setup.device = fsdp_train::select_training_device(setup.options, local_rank);
+}
+
+// Creates the process group with `make_world` and trains. A failure from
+// here on is not the input's: exit 1. `where` names the rank in errors.
+int train_in_world(TrainSetup& setup, const std::function<fsdp::ProcessGroupPtr()>& make_world,
+                   const std::string& where) {
   try {
-    fsdp::GroupOptions group_options;
-    group_options.backend = fsdp_train::training_backend(setup.options);
-    if (setup.options.timeout > 0) {
-      group_options.timeout = std::chrono::milliseconds(
-          std::max<int64_t>(1, std::llround(setup.options.timeout * 1000)));
-    }
-    if (distributed) {
-      setup.world = fsdp::init_process_group_from_env(group_options);
-    } else {
-      setup.world = fsdp::make_single_process_group(group_options);
-    }
+    setup.world = make_world();
     return fsdp_train::train(setup);
   } catch (const std::exception& e) {
-    const std::string where = distributed ? fmt::format(" on rank {}", env.rank) : "";
     std::fprintf(stderr, "fsdp-train: error%s: %s\n", where.c_str(), fsdp::error_message(e).c_str());
     if (std::string hint = fsdp_train::out_of_memory_hint(e); !hint.empty()) {
       std::fprintf(stderr, "fsdp-train: %s\n", hint.c_str());
     }
     return kFailed;
   }
+}
+
+int train_alone(TrainSetup& setup, const std::vector<std::string>& errors) {
+  if (!errors.empty()) return report_bad_input(errors);
+  prepare_this_rank(setup, /*local_world_size=*/1, /*local_rank=*/0);
+  const fsdp::GroupOptions options = group_options(setup.options);
+  return train_in_world(setup, [&] { return fsdp::make_single_process_group(options); }, "");
+}
+
+// [Note: ranks stop together on a problem one of them found] in
+// fsdp/comm/job_rendezvous.h: every rank meets the others, even with bad
+// input, so that a problem on one node stops the whole job at once.
+int train_distributed(TrainSetup& setup, const fsdp::LaunchEnv& env,
+                      const std::vector<std::string>& errors) {
+  if (!errors.empty()) report_bad_input(errors);  // at once: the others may be slow to come
+  const fsdp::GroupOptions options = group_options(setup.options);
+  std::optional<fsdp::JobRendezvous> meeting;
+  try {
+    meeting.emplace(env, errors, options.timeout);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdp-train: error on rank %d: %s\n", env.rank,
+                 fsdp::error_message(e).c_str());
+    return errors.empty() ? kFailed : kBadInput;
+  }
+  if (!meeting->not_ready().empty()) {
+    if (errors.empty()) report_ranks_not_ready(meeting->not_ready(), env);
+    return kBadInput;
+  }
+  prepare_this_rank(setup, env.local_world_size, env.local_rank);
+  return train_in_world(setup, [&] { return meeting->create_world(options); },
+                        fmt::format(" on rank {}", env.rank));
 }
 
 }  // namespace
@@ -190,28 +265,17 @@ int main(int argc, char** argv) {
   setup.options = std::move(*parsed.options);
 
   // Where this process sits. Nothing here talks to other ranks.
-  fsdp::LaunchEnv env;
-  const bool distributed = fsdp::launched_distributed();
-  if (distributed) {
-    try {
-      env = fsdp::read_launch_env();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "fsdp-train: error: %s\n", fsdp::error_message(e).c_str());
-      return kBadInput;
-    }
+  if (!fsdp::launched_distributed()) {
+    setup.launcher = "standalone";
+    return train_alone(setup, check_inputs(setup, /*world_size=*/1, /*ranks_on_node=*/1));
   }
-  setup.launcher = distributed ? env.source : "standalone";
-
-  const std::vector<std::string> errors =
-      check_inputs(setup, env.world_size, distributed ? env.local_world_size : 1);
-  if (!errors.empty()) return report_bad_input(errors);
-
-  setup.threads = threads_per_rank(distributed ? env.local_world_size : 1);
-  at::set_num_threads(setup.threads);
-  // Sharded steps free and reallocate the same buffers every unit; [Note:
-  // freed CPU memory kept for reuse] in fsdp/cpu_heap.h.
-  fsdp::keep_freed_cpu_memory();
-  setup.device =
-      fsdp_train::select_training_device(setup.options, distributed ? env.local_rank : 0);
-  return train_in_world(setup, distributed, env);
+  fsdp::LaunchEnv env;
+  try {
+    env = fsdp::read_launch_env();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdp-train: error: %s\n", fsdp::error_message(e).c_str());
+    return kBadInput;
+  }
+  setup.launcher = env.source;
+  return train_distributed(setup, env, check_inputs(setup, env.world_size, env.local_world_size));
 }

@@ -140,7 +140,9 @@ ProcessGroupPtr make_process_group(const c10::intrusive_ptr<c10d::Store>& store,
 // MASTER_ADDR:MASTER_PORT, served by rank 0. Unless options.hostname was
 // changed, Gloo binds to GLOO_SOCKET_IFNAME's IPv4 address if that is set,
 // else to 127.0.0.1 when MASTER_ADDR is loopback, else to the local address
-// of the route to MASTER_ADDR.
+// of the route to MASTER_ADDR. A program whose ranks check their inputs
+// first, so that one of them may have to stop, meets through
+// fsdp::JobRendezvous (fsdp/comm/job_rendezvous.h) instead.
 ProcessGroupPtr init_process_group_from_env(GroupOptions options = {});
 
 // A group of one rank, this process alone: training or testing without a

@@ -33,8 +33,7 @@
 
 #include "harness/temp_dir.h"
 #include "harness/multiprocess.h"
-
-extern char** environ;
+#include "harness/spawn.h"
 
 namespace {
 
@@ -105,22 +104,9 @@ struct Outcome {
 // The test's environment without any launcher's variables, so that nothing
 // of an outer job leaks into the ones started here, plus `extra`.
 std::vector<std::string> child_environment(const std::map<std::string, std::string>& extra) {
-  static const char* const kDropped[] = {
-      "RANK",        "WORLD_SIZE",    "LOCAL_RANK",    "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-      "MASTER_PORT", "GROUP_RANK",    "NODE_RANK",     "GROUP_WORLD_SIZE", "SLURM_PROCID",
-      "SLURM_NTASKS", "SLURM_LOCALID", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME"};
-  std::vector<std::string> out;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::string name = entry.substr(0, entry.find('='));
-    const bool dropped = std::any_of(std::begin(kDropped), std::end(kDropped),
-                                      [&](const char* d) { return name == d; }) ||
-                         name.rfind("OMPI_", 0) == 0 || name.rfind("PMIX_", 0) == 0;
-    if (!dropped && extra.count(name) == 0) out.push_back(entry);
-  }
-  out.push_back("OMP_NUM_THREADS=1");  // two ranks share the cores
-  for (const auto& [name, value] : extra) out.push_back(name + "=" + value);
-  return out;
+  std::vector<std::string> overrides = {"OMP_NUM_THREADS=1"};  // two ranks share the cores
+  for (const auto& [name, value] : extra) overrides.push_back(name + "=" + value);
+  return fsdp::testing::environment_with(overrides, fsdp::testing::is_launcher_variable);
 }
 
 // Runs `commands` concurrently, each in its own process group, and collects
@@ -136,31 +122,15 @@ std::vector<Outcome> run_concurrently(const std::vector<Command>& commands,
   std::vector<Child> children(commands.size());
   std::vector<Outcome> outcomes(commands.size());
   for (size_t i = 0; i < commands.size(); ++i) {
-    // Everything the child needs is built before fork(): it only execs.
-    std::vector<std::string> args = commands[i].argv;
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env = child_environment(commands[i].env);
-    std::vector<char*> envp;
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-    const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("fork failed");
-    if (pid == 0) {
-      ::setpgid(0, 0);
-      const int devnull = ::open("/dev/null", O_RDONLY);
-      ::dup2(devnull, STDIN_FILENO);
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::dup2(fds[1], STDERR_FILENO);
-      ::execve(argv[0], argv.data(), envp.data());
-      const char message[] = "[test: exec failed]\n";
-      (void)!::write(STDERR_FILENO, message, sizeof(message) - 1);
-      ::_exit(127);
-    }
-    ::setpgid(pid, pid);
+    const fsdp::testing::ScopedFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    fsdp::testing::SpawnOptions options;
+    options.stdin_fd = devnull.get();
+    options.stdout_fd = options.stderr_fd = fds[1];
+    options.own_process_group = true;
+    const pid_t pid =
+        fsdp::testing::spawn_process(commands[i].argv, child_environment(commands[i].env), options);
     ::close(fds[1]);
     children[i].pid = pid;
     children[i].fd = fds[0];

@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <set>
 #include <sstream>
+#include <stdexcept>
 
-extern char** environ;
+#include "harness/spawn.h"
 
 namespace fsdp::testing {
 
@@ -61,34 +61,17 @@ ChildProcess::ChildProcess(const TempDir& dir, const std::string& program,
                            const std::vector<std::string>& args,
                            const std::vector<std::string>& extra_env)
     : out_path_(dir / "child.out"), err_path_(dir / "child.err") {
-  std::vector<std::string> argv_s = {program};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
-  std::set<std::string> replaced;
-  for (const auto& e : extra_env) replaced.insert(name_of(e));
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (replaced.count(name_of(*e)) == 0) env_s.emplace_back(*e);
+  std::vector<std::string> argv = {program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const ScopedFd out(open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  const ScopedFd err(open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (out.get() < 0 || err.get() < 0) {
+    throw std::runtime_error("ChildProcess: cannot create " + out_path_ + " or " + err_path_);
   }
-  env_s.insert(env_s.end(), extra_env.begin(), extra_env.end());
-  // Everything the child needs is built before fork(): it only execs.
-  std::vector<char*> argv, envp;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  const int out_fd = open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int err_fd = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  pid_ = fork();
-  if (pid_ == 0) {
-    dup2(out_fd, STDOUT_FILENO);
-    dup2(err_fd, STDERR_FILENO);
-    execve(argv[0], argv.data(), envp.data());
-    _exit(99);
-  }
-  close(out_fd);
-  close(err_fd);
+  SpawnOptions options;
+  options.stdout_fd = out.get();
+  options.stderr_fd = err.get();
+  pid_ = spawn_process(std::move(argv), environment_with(extra_env), options);
 }
 
 ChildProcess::~ChildProcess() {

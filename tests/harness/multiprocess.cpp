@@ -14,31 +14,10 @@
 #include <cerrno>
 #include <cstring>
 
-extern char** environ;
+#include "harness/spawn.h"
 
 namespace fsdp::testing {
 namespace {
-
-// The parent's environment with `overrides` applied, as "KEY=VALUE" strings.
-std::vector<std::string> child_environment(const std::map<std::string, std::string>& overrides) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const auto eq = entry.find('=');
-    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
-  for (const auto& [key, value] : overrides) env[key] = value;
-  std::vector<std::string> out;
-  for (const auto& [key, value] : env) out.push_back(key + "=" + value);
-  return out;
-}
-
-std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
 
 struct Child {
   pid_t pid = -1;
@@ -69,9 +48,8 @@ std::vector<ProcessResult> run_processes(const std::string& program,
                                          const std::map<std::string, std::string>& extra_env) {
   TORCH_CHECK(world_size >= 1, "run_processes: world_size must be >= 1, got ", world_size);
   const std::string port = std::to_string(free_tcp_port());
-  std::vector<std::string> argv_strings{program};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv = c_strings(argv_strings);
+  std::vector<std::string> argv{program};
+  argv.insert(argv.end(), args.begin(), args.end());
 
   std::vector<Child> children(world_size);
   std::vector<ProcessResult> results(world_size);
@@ -81,23 +59,15 @@ std::vector<ProcessResult> run_processes(const std::string& program,
     overrides["WORLD_SIZE"] = overrides["LOCAL_WORLD_SIZE"] = std::to_string(world_size);
     overrides["MASTER_ADDR"] = "127.0.0.1";
     overrides["MASTER_PORT"] = port;
-    // Built before fork: only async-signal-safe calls may run in the child.
-    std::vector<std::string> env_strings = child_environment(overrides);
-    std::vector<char*> envp = c_strings(env_strings);
+    std::vector<std::string> env;
+    for (const auto& [name, value] : overrides) env.push_back(name + "=" + value);
 
     int pipe_fds[2];
     TORCH_CHECK(::pipe2(pipe_fds, O_CLOEXEC) == 0, "run_processes: pipe failed: ",
                 std::strerror(errno));
-    const pid_t pid = ::fork();
-    TORCH_CHECK(pid >= 0, "run_processes: fork failed: ", std::strerror(errno));
-    if (pid == 0) {
-      ::dup2(pipe_fds[1], STDOUT_FILENO);
-      ::dup2(pipe_fds[1], STDERR_FILENO);
-      ::execve(program.c_str(), argv.data(), envp.data());
-      const char msg[] = "run_processes: execve failed\n";
-      (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
-      ::_exit(127);
-    }
+    SpawnOptions options;
+    options.stdout_fd = options.stderr_fd = pipe_fds[1];
+    const pid_t pid = spawn_process(argv, environment_with(env), options);
     ::close(pipe_fds[1]);
     children[rank].pid = pid;
     children[rank].output_fd = pipe_fds[0];

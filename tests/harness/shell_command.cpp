@@ -11,40 +11,26 @@
 #include <thread>
 
 #include "harness/child_process.h"
+#include "harness/spawn.h"
 #include "harness/temp_dir.h"
-
-extern char** environ;
 
 namespace fsdp::testing {
 namespace {
 
-// Forks /bin/sh -c `command` as the leader of a new process group, its
+// Starts /bin/sh -c `command` as the leader of a new process group, its
 // stdout and stderr both writing `output_path`.
 pid_t start_shell(const std::string& command, const std::string& output_path) {
-  const int out_fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (out_fd < 0) throw std::runtime_error("run_command: cannot create " + output_path);
+  const ScopedFd out(open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (out.get() < 0) throw std::runtime_error("run_command: cannot create " + output_path);
   // Not the terminal's stdin: a background process group that reads it is
   // stopped (SIGTTIN), which waiting for an exit would not see.
-  const int in_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (in_fd < 0) throw std::runtime_error("run_command: cannot open /dev/null");
-  // Built before fork(): the child of a threaded process only makes
-  // async-signal-safe calls.
-  std::string sh = "/bin/sh", dash_c = "-c", text = command;
-  char* const argv[] = {sh.data(), dash_c.data(), text.data(), nullptr};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    dup2(in_fd, STDIN_FILENO);
-    dup2(out_fd, STDOUT_FILENO);
-    dup2(out_fd, STDERR_FILENO);
-    execve(argv[0], argv, environ);
-    _exit(127);
-  }
-  close(out_fd);
-  close(in_fd);
-  if (pid < 0) throw std::runtime_error("run_command: fork failed for " + command);
-  setpgid(pid, pid);  // also here: the child may not have run yet
-  return pid;
+  const ScopedFd in(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (in.get() < 0) throw std::runtime_error("run_command: cannot open /dev/null");
+  SpawnOptions options;
+  options.stdin_fd = in.get();
+  options.stdout_fd = options.stderr_fd = out.get();
+  options.own_process_group = true;
+  return spawn_process({"/bin/sh", "-c", command}, environment_with({}), options);
 }
 
 [[noreturn]] void fail(const std::string& call) {

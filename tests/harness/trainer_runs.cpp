@@ -1,5 +1,6 @@
 #include "harness/trainer_runs.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,7 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 
-extern char** environ;
+#include "harness/spawn.h"
 
 namespace fsdp::testing {
 namespace {
@@ -44,37 +45,15 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 
 // Runs fsdp-train with no launcher environment (one rank, standalone).
 ProcessResult run_alone(const std::vector<std::string>& args) {
-  // Everything the child needs is built before fork(): it only execs.
-  std::vector<std::string> strings{kTrainer};
-  strings.insert(strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::string name = entry.substr(0, entry.find('='));
-    const bool launcher = name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" ||
-                          name == "LOCAL_WORLD_SIZE" || name == "OMPI_COMM_WORLD_RANK" ||
-                          name == "SLURM_PROCID" || name == "OMP_NUM_THREADS";
-    if (!launcher) env_strings.push_back(entry);
-  }
-  env_strings.push_back("OMP_NUM_THREADS=1");  // as run_ranks: no oversubscribed cores
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
+  std::vector<std::string> argv{kTrainer};
+  argv.insert(argv.end(), args.begin(), args.end());
+  // No launcher's variables: the run is standalone. One thread, as run_ranks.
+  const auto env = environment_with({"OMP_NUM_THREADS=1"}, is_launcher_variable);
   int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    ::execve(kTrainer.c_str(), argv.data(), envp.data());
-    ::_exit(127);
-  }
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  SpawnOptions options;
+  options.stdout_fd = options.stderr_fd = fds[1];
+  const pid_t pid = spawn_process(argv, env, options);
   ::close(fds[1]);
   ProcessResult result{0, 0, 0, ""};
   const auto deadline = std::chrono::steady_clock::now() + kRunLimit;

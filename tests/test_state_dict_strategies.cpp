@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 #include "fsdp/checkpoint/training_state.h"
@@ -44,6 +45,73 @@ FullyShardOptions options_for(const LayoutCase& c, const ProcessGroupPtr& world)
   return options.process_group(world);
 }
 
+// The single-process run every layout is compared with.
+struct Reference {
+  Mlp model{7, 10, 3, true};
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+void train_reference(Reference& ref, const Mlp& initial, const at::Tensor& inputs,
+                     const at::Tensor& targets) {
+  copy_state(*ref.model, *initial);
+  ref.optimizer = make_optimizer(OptimizerKind::kSgdMomentum, ref.model->parameters());
+  for (int step = 0; step < kSteps; ++step) {
+    ref.optimizer->zero_grad();
+    at::mse_loss(ref.model->forward(inputs[step]), targets[step]).backward();
+    ref.optimizer->step();
+  }
+}
+
+// The full state dict and the optimizer's equal the reference's.
+void expect_full_dicts_match(const Reference& ref, const StateDict& full,
+                             const OptimStateDict& optim, const std::string& who) {
+  for (const auto& p : ref.model->named_parameters()) {
+    ASSERT_NE(full.find(p.key()), nullptr) << who << ": " << p.key();
+    EXPECT_TRUE(at::allclose(full[p.key()], p.value(), 1e-5, 1e-6)) << who << ": " << p.key();
+    detail::OptimizerFields expected;
+    ASSERT_TRUE(detail::read_optimizer_state(*ref.optimizer, p.value(), &expected));
+    EXPECT_TRUE(at::allclose(optim.at(p.key()).tensors.at("momentum_buffer"),
+                             expected.tensors.at("momentum_buffer"), 1e-5, 1e-6))
+        << who << ": " << p.key();
+  }
+}
+
+// Each element is some rank's primary range exactly once. Collective.
+void expect_primary_ranges_cover_once(RankContext& ctx, const UnitModule& model,
+                                      int64_t total_numel, const std::string& who) {
+  const auto params = model.named_parameters();
+  int64_t primary = 0;
+  for (const auto& item : sharded_state_dict(model)) {
+    if (item.value().primary && params.find(item.key())) primary += item.value().local.numel();
+  }
+  at::Tensor count = at::full({1}, static_cast<double>(primary), at::kDouble);
+  ctx.group->all_reduce(count, ReduceOp::kSum)->wait();
+  EXPECT_EQ(count.item<double>(), static_cast<double>(total_numel)) << who;
+}
+
+// The checkpoint loads bitwise into a plain FULL_SHARD model on `world_size`
+// ranks, seeded differently so that nothing matches by chance.
+void expect_reload_bitwise(const std::string& checkpoint, int world_size, const StateDict& saved,
+                           const OptimStateDict& saved_optim, const std::string& name) {
+  run_ranks(world_size, [&](RankContext& ctx) {
+    at::manual_seed(42 + ctx.rank);
+    Mlp local(7, 10, 3, true);
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
+    auto opt = make_optimizer(OptimizerKind::kSgdMomentum, model->parameters());
+    ckpt::load_training_state(*ctx.group, checkpoint, *model, opt.get());
+    const StateDict loaded = full_state_dict(*model);
+    const OptimStateDict loaded_optim = full_optim_state_dict(*model, *opt);
+    if (ctx.rank != 0) return;
+    ASSERT_EQ(loaded.size(), saved.size());
+    for (const auto& item : saved) {
+      EXPECT_TRUE(loaded[item.key()].equal(item.value())) << name << ": " << item.key();
+      EXPECT_TRUE(loaded_optim.at(item.key()).tensors.at("momentum_buffer")
+                      .equal(saved_optim.at(item.key()).tensors.at("momentum_buffer")))
+          << name << ": " << item.key();
+    }
+  });
+}
+
 class StateDictLayouts : public ::testing::TestWithParam<LayoutCase> {};
 
 TEST_P(StateDictLayouts, FullDictsPrimaryRangesAndCheckpointReload) {
@@ -51,17 +119,11 @@ TEST_P(StateDictLayouts, FullDictsPrimaryRangesAndCheckpointReload) {
   at::manual_seed(41);
   at::Tensor inputs = at::randn({kSteps, kGlobalBatch, 7});
   at::Tensor targets = at::randn({kSteps, kGlobalBatch, 3});
-  Mlp reference(7, 10, 3, true);
+  Reference reference;
   Mlp initial(7, 10, 3, true);
-  copy_state(*initial, *reference);
-  auto ref_opt = make_optimizer(OptimizerKind::kSgdMomentum, reference->parameters());
-  for (int step = 0; step < kSteps; ++step) {
-    ref_opt->zero_grad();
-    at::mse_loss(reference->forward(inputs[step]), targets[step]).backward();
-    ref_opt->step();
-  }
+  train_reference(reference, initial, inputs, targets);
   int64_t total_numel = 0;
-  for (const auto& p : reference->parameters()) total_numel += p.numel();
+  for (const auto& p : reference.model->parameters()) total_numel += p.numel();
 
   TempDir dir("fsdp-layouts");
   const std::string checkpoint = dir / "ckpt";
@@ -83,48 +145,14 @@ TEST_P(StateDictLayouts, FullDictsPrimaryRangesAndCheckpointReload) {
     StateDict full = full_state_dict(*model);
     OptimStateDict optim = full_optim_state_dict(*model, *opt);
     if (ctx.rank == 0) {
-      for (const auto& p : reference->named_parameters()) {
-        ASSERT_NE(full.find(p.key()), nullptr) << who << ": " << p.key();
-        EXPECT_TRUE(at::allclose(full[p.key()], p.value(), 1e-5, 1e-6)) << who << ": " << p.key();
-        detail::OptimizerFields expected;
-        ASSERT_TRUE(detail::read_optimizer_state(*ref_opt, p.value(), &expected));
-        EXPECT_TRUE(at::allclose(optim.at(p.key()).tensors.at("momentum_buffer"),
-                                 expected.tensors.at("momentum_buffer"), 1e-5, 1e-6))
-            << who << ": " << p.key();
-      }
+      expect_full_dicts_match(reference, full, optim, who);
       saved = std::move(full);
       saved_optim = std::move(optim);
     }
-    // Each element is some rank's primary range exactly once.
-    const auto params = model->named_parameters();
-    int64_t primary = 0;
-    for (const auto& item : sharded_state_dict(*model)) {
-      if (item.value().primary && params.find(item.key())) primary += item.value().local.numel();
-    }
-    at::Tensor count = at::full({1}, static_cast<double>(primary), at::kDouble);
-    ctx.group->all_reduce(count, ReduceOp::kSum)->wait();
-    EXPECT_EQ(count.item<double>(), static_cast<double>(total_numel)) << who;
+    expect_primary_ranges_cover_once(ctx, *model, total_numel, who);
     ckpt::save_training_state(*ctx.group, checkpoint, *model, opt.get());
   });
-
-  const int load_world = c.world_size == 2 ? 3 : 2;
-  run_ranks(load_world, [&](RankContext& ctx) {
-    at::manual_seed(42 + ctx.rank);
-    Mlp local(7, 10, 3, true);
-    auto model = fully_shard(local, FullyShardOptions(ctx.group));
-    auto opt = make_optimizer(OptimizerKind::kSgdMomentum, model->parameters());
-    ckpt::load_training_state(*ctx.group, checkpoint, *model, opt.get());
-    const StateDict loaded = full_state_dict(*model);
-    const OptimStateDict loaded_optim = full_optim_state_dict(*model, *opt);
-    if (ctx.rank != 0) return;
-    ASSERT_EQ(loaded.size(), saved.size());
-    for (const auto& item : saved) {
-      EXPECT_TRUE(loaded[item.key()].equal(item.value())) << c.name << ": " << item.key();
-      EXPECT_TRUE(loaded_optim.at(item.key()).tensors.at("momentum_buffer")
-                      .equal(saved_optim.at(item.key()).tensors.at("momentum_buffer")))
-          << c.name << ": " << item.key();
-    }
-  });
+  expect_reload_bitwise(checkpoint, c.world_size == 2 ? 3 : 2, saved, saved_optim, c.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(

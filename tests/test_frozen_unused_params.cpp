@@ -214,6 +214,59 @@ bool in_unused_set(const std::string& name, int step) {
   return (b && !kUseB[step]) || (c && !kUseC[step]);
 }
 
+// The single-process run: each step's loss, and which parameters were left
+// without a gradient after step 0.
+struct UnusedReferenceRun {
+  std::vector<double> losses;
+  std::vector<std::string> undefined_after_step0;
+};
+
+UnusedReferenceRun train_unused_reference(UnusedNet& reference, OptimizerKind optimizer,
+                                          const at::Tensor& inputs, const at::Tensor& targets) {
+  UnusedReferenceRun run;
+  auto opt = make_optimizer(optimizer, reference->parameters());
+  for (int step = 0; step < kUnusedSteps; ++step) {
+    reference->set_step(kUseB[step], kUseC[step]);
+    at::Tensor loss = at::mse_loss(reference->forward(inputs[step]), targets[step]);
+    opt->zero_grad();
+    loss.backward();
+    if (step == 0) {
+      for (const auto& p : reference->named_parameters()) {
+        if (!p.value().grad().defined()) run.undefined_after_step0.push_back(p.key());
+      }
+    }
+    opt->step();
+    run.losses.push_back(loss.item<double>());
+  }
+  return run;
+}
+
+// After step 0's backward: never used yet means no gradient, exactly like the
+// reference, so AdamW neither decays them nor creates state for them.
+void expect_step0_gradients_only_where_used(const torch::nn::Module& model, const std::string& who) {
+  for (const auto& p : model.named_parameters()) {
+    EXPECT_EQ(p.value().grad().defined(), !in_unused_set(p.key(), 0))
+        << who << ": parameter " << p.key()
+        << (in_unused_set(p.key(), 0) ? " was unused but got a gradient"
+                                      : " was used but has no gradient");
+  }
+}
+
+// After step 0's optimizer step: AdamW's weight decay would have moved a
+// parameter with a (zero) gradient; the unused ones must be exactly as
+// initialized.
+void expect_unused_shards_unstepped(const UnitModule& model, const UnusedNet& initial,
+                                    const std::string& who) {
+  auto initial_params = initial->named_parameters();
+  for (const auto& shard : param_shards(model)) {
+    if (!in_unused_set(shard.name, 0)) continue;
+    at::Tensor expected =
+        initial_params[shard.name].detach().reshape(-1).narrow(0, shard.flat_begin, shard.numel);
+    EXPECT_TRUE(at::equal(shard.param.detach().reshape(-1), expected))
+        << who << ": unused parameter " << shard.name << " was stepped";
+  }
+}
+
 TEST_P(UnusedParams, MatchReferenceWithAdamWSkippingThem) {
   const UnusedCase c = GetParam();
   at::manual_seed(41);
@@ -222,28 +275,11 @@ TEST_P(UnusedParams, MatchReferenceWithAdamWSkippingThem) {
   copy_state(*initial, *reference);
   at::Tensor inputs = at::randn({kUnusedSteps, 6, 6});
   at::Tensor targets = at::randn({kUnusedSteps, 6, 2});
-
-  auto ref_opt = make_optimizer(c.optimizer, reference->parameters());
-  std::vector<double> ref_losses;
-  // After step 0, which parameters the reference left without a gradient.
-  std::vector<std::string> ref_undefined_after_step0;
-  for (int step = 0; step < kUnusedSteps; ++step) {
-    reference->set_step(kUseB[step], kUseC[step]);
-    at::Tensor loss = at::mse_loss(reference->forward(inputs[step]), targets[step]);
-    ref_opt->zero_grad();
-    loss.backward();
-    if (step == 0) {
-      for (const auto& p : reference->named_parameters()) {
-        if (!p.value().grad().defined()) ref_undefined_after_step0.push_back(p.key());
-      }
-    }
-    ref_opt->step();
-    ref_losses.push_back(loss.item<double>());
-  }
+  const UnusedReferenceRun ref = train_unused_reference(reference, c.optimizer, inputs, targets);
   // The reference itself must behave as the test assumes.
-  ASSERT_EQ(ref_undefined_after_step0.size(), 5u)
+  ASSERT_EQ(ref.undefined_after_step0.size(), 5u)
       << "gated.b.weight, gated.b.bias, c.weight, c.bias, unused_root";
-  for (const auto& name : ref_undefined_after_step0) ASSERT_TRUE(in_unused_set(name, 0)) << name;
+  for (const auto& name : ref.undefined_after_step0) ASSERT_TRUE(in_unused_set(name, 0)) << name;
 
   run_ranks(c.world_size, [&](RankContext& ctx) {
     UnusedNet local(true);
@@ -258,32 +294,12 @@ TEST_P(UnusedParams, MatchReferenceWithAdamWSkippingThem) {
       at::Tensor loss = at::mse_loss(model->forward(x), y);
       opt->zero_grad();
       loss.backward();
-      if (step == 0) {
-        // Never used yet: no gradient, exactly like the reference, so AdamW
-        // neither decays them nor creates state for them.
-        for (const auto& p : model->named_parameters()) {
-          EXPECT_EQ(p.value().grad().defined(), !in_unused_set(p.key(), 0))
-              << who << ": parameter " << p.key()
-              << (in_unused_set(p.key(), 0) ? " was unused but got a gradient"
-                                            : " was used but has no gradient");
-        }
-      }
+      if (step == 0) expect_step0_gradients_only_where_used(*model, who);
       opt->step();
-      if (step == 0) {
-        // AdamW's weight decay would have moved a parameter with a (zero)
-        // gradient; the unused ones must be exactly as initialized.
-        auto initial_params = initial->named_parameters();
-        for (const auto& shard : param_shards(*model)) {
-          if (!in_unused_set(shard.name, 0)) continue;
-          at::Tensor expected = initial_params[shard.name].detach().reshape(-1).narrow(
-              0, shard.flat_begin, shard.numel);
-          EXPECT_TRUE(at::equal(shard.param.detach().reshape(-1), expected))
-              << who << ": unused parameter " << shard.name << " was stepped";
-        }
-      }
+      if (step == 0) expect_unused_shards_unstepped(*model, initial, who);
       const double global = global_mean(*ctx.group, loss.item<double>());
-      EXPECT_LE(relative_diff(global, ref_losses[step]), kRtol)
-          << who << " step " << step << ": fsdp " << global << " vs reference " << ref_losses[step];
+      EXPECT_LE(relative_diff(global, ref.losses[step]), kRtol)
+          << who << " step " << step << ": fsdp " << global << " vs reference " << ref.losses[step];
     }
     expect_shards_match(*model, *reference, kRtol, kAtol, who);
   });

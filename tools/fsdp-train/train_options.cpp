@@ -38,6 +38,12 @@ constexpr const char* kFooter = R"(OUTPUT (rank 0)
   config.json, checkpoint/ (the final state; --save-every adds
   checkpoints/step-NNNNNNNN/).
 
+EXIT STATUS
+  0 done; 1 a failure while training; 2 bad input. Every rank checks its
+  inputs before training and the ranks share the verdicts, so a problem
+  found on one node (its --data file, its GPUs) stops every rank with 2,
+  the others naming that rank, its host and the problem.
+
 EXAMPLES
   fsdp-train --steps 200                                  # one rank
   fsdp-run --standalone --nproc-per-node 2 -- fsdp-train  # the demo

@@ -215,6 +215,11 @@ void add_output_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
                     "time the framework itself: the wall time inside FSDP's hooks each step, "
                     "per rank and by hook, in metrics.jsonl (hook_us, hook_us_by_range) and "
                     "the summary; costs a few microseconds per unit per step"));
+  rec(out->add_flag("--phase-times", o.phase_times,
+                    "where the step's time goes: forward, backward, clipping, the optimizer "
+                    "and the loss all-reduce, each timed to the end of its device work (the "
+                    "device is synchronized after each, which slows the step a little); "
+                    "medians printed in the summary"));
   rec(out->add_flag("--quiet", o.quiet, "no progress lines and no printed sample (sample.txt is still written); the header and summary only"));
 }
 

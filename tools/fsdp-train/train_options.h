@@ -72,6 +72,7 @@ struct TrainOptions {
   int64_t log_every = 0;   // progress lines when stdout is not a terminal; 0 = auto
   bool quiet = false;
   bool hook_times = false;  // time inside FSDP's hooks per step (fsdp::HookTimer)
+  bool phase_times = false;  // each step phase's time, the device synchronized (phase_times.h)
 
   // Options given explicitly on the command line (long names without "--"),
   // so a resumed run can adopt the rest from the checkpoint.

@@ -29,6 +29,7 @@
 #include "memory_check.h"
 #include "metrics_log.h"
 #include "output_file.h"
+#include "phase_times.h"
 #include "peak_memory.h"
 #include "plot.h"
 #include "progress.h"
@@ -89,7 +90,8 @@ class Trainer {
         sampler_(setup.corpus, o_.context, o_.seed),
         schedule_{o_.lr, o_.min_lr, o_.warmup, o_.steps},
         tokens_per_step_(static_cast<double>(o_.batch * o_.context)),
-        measures_(setup.device) {}
+        measures_(setup.device),
+        phases_(setup.device, o_.phase_times) {}
 
   int run();
 
@@ -138,6 +140,7 @@ class Trainer {
   int64_t start_step_ = 0;
   double recent_step_s_ = 0;  // moving average of the step time
   StepMeasures measures_;  // constructed before the model is built
+  PhaseTimer phases_;      // --phase-times
 };
 
 // Every collective below runs on every rank in the same order; only what
@@ -261,11 +264,14 @@ LoopOutcome Trainer::train_loop(Progress& progress) {
 
 AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) {
   measures_.start_step(**model_);
+  phases_.start_step();
   const double local_loss = train_step(step);
   AgreedStep agreed;
   agreed.grad_norm = fsdp::clip_grad_norm_(
       **model_, o_.clip > 0 ? o_.clip : std::numeric_limits<double>::infinity());
+  phases_.end_phase(StepPhase::kClip);
   optimizer_->step();
+  phases_.end_phase(StepPhase::kOptimizer);
 
   // One all-reduce carries the global mean loss and the stop decision, so
   // every rank stops after the same step (clocks differ between ranks).
@@ -275,6 +281,8 @@ AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) 
   world_.all_reduce(sums, fsdp::ReduceOp::kSum)->wait();
   agreed.loss = sums[0].item<double>() / world_.size();
   agreed.over_budget = sums[1].item<double>() > 0;
+  phases_.end_phase(StepPhase::kBookkeeping);
+  phases_.finish_step();
   return agreed;
 }
 
@@ -296,7 +304,9 @@ double Trainer::train_step(int64_t step) {
                                       b.micro_batch);
     at::Tensor logits = model->forward(batch.inputs.to(s_.device)).to(at::kFloat);
     at::Tensor loss = fsdp::models::lm_loss(logits, batch.targets.to(s_.device));
+    phases_.end_phase(StepPhase::kForward);
     (loss / static_cast<double>(b.grad_accum)).backward();
+    phases_.end_phase(StepPhase::kBackward);
     loss_sum += loss.item<double>();
   }
   return loss_sum / static_cast<double>(b.grad_accum);
@@ -446,6 +456,8 @@ void Trainer::report(const LoopOutcome& loop, std::vector<RankMemory> memory,
   summary.plot_error = plot.error;
   if (!sample.empty()) summary.sample_file = write_sample(sample);
   print_summary(summary);
+  // The first two steps warm the allocator and the kernels up.
+  if (phases_.enabled()) fmt::print("{}", phases_.summary(2));
 }
 
 // sample.txt (the prompt and what followed it), echoed unless --quiet.

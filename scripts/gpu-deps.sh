@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.gpudeps/' .git/info/exclude 2>/dev/null || echo '/.gpudeps/' >> .git/info/exclude
 rm -rf .gpudeps && mkdir -p .gpudeps/include
-cp -r /usr/include/nlohmann /usr/include/CLI /usr/include/fmt /usr/include/xxhash.h /usr/include/xxh3.h /usr/include/rapidjson .gpudeps/include/
+cp -r /usr/include/CLI /usr/include/fmt /usr/include/xxhash.h /usr/include/xxh3.h /usr/include/rapidjson .gpudeps/include/
 cp -r /usr/src/googletest .gpudeps/googletest
 du -sh .gpudeps

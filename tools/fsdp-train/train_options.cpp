@@ -132,6 +132,11 @@ void add_fsdp_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
                        "cpu | cuda: cuda puts each rank on the GPU its LOCAL_RANK names and "
                        "communicates with NCCL (a CUDA build of LibTorch; one rank per GPU)")
           ->capture_default_str());
+  rec(fsdp->add_option("--backend", o.backend,
+                       "gloo | nccl; default: gloo on the CPU, nccl with --device cuda. With "
+                       "--device cuda, gloo moves the GPU tensors through host memory, so "
+                       "several ranks may share one GPU: slow, for running and debugging a "
+                       "multi-rank GPU job on one GPU"));
   rec(fsdp->add_option("--strategy", o.strategy,
                        "full (ZeRO-3) | grad-op (ZeRO-2) | none (DDP-like) | hybrid (full within "
                        "each node of LOCAL_WORLD_SIZE ranks, replicated across nodes)")

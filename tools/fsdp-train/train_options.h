@@ -45,6 +45,7 @@ struct TrainOptions {
 
   // Where and how it runs.
   std::string device = "cpu";             // cpu | cuda (training_device.h)
+  std::string backend;                    // "" (cpu: gloo, cuda: nccl) | gloo | nccl
   std::string strategy = "full";          // full | grad-op | none | hybrid
   std::string mixed_precision = "fp32";   // fp32 | bf16
   bool offload = false;

@@ -27,7 +27,7 @@ double clip_grad_norm_(UnitModule& root, double max_norm, double norm_type) {
 
   std::vector<at::Tensor> grads;
   for (const auto& unit : state.units()) {
-    TORCH_CHECK(!unit->params().holds_unsharded_grads(), "fsdp: clip_grad_norm_ was called after a "
+    TORCH_CHECK(!unit->grads().holds_unsharded_grads(), "fsdp: clip_grad_norm_ was called after a "
                 "backward without gradient sync; run a synchronizing backward first");
     for (const auto& p : unit->params().params()) {
       if (p.grad().defined()) grads.push_back(p.grad());

@@ -281,15 +281,6 @@ int64_t FlatParamGroup::gathered_bytes() const {
 
 int64_t FlatParamGroup::sharded_bytes() const { return bytes_of(sharded_flat_); }
 
-int64_t FlatParamGroup::sharded_grad_bytes() const { return bytes_of(sharded_grad_); }
-
-int64_t FlatParamGroup::reduce_buffer_bytes() const {
-  const int64_t world = groups_.shard->size();
-  const int64_t row = layout_.shard_numel() + layout_.num_params();
-  const int64_t rows = world > 1 ? world + 1 : 1;
-  return rows * row * static_cast<int64_t>(c10::elementSize(config_.reduce_dtype));
-}
-
 int64_t FlatParamGroup::post_forward_shard_bytes() const { return bytes_of(post_forward_shard_); }
 
 int64_t FlatParamGroup::full_param_bytes() const {

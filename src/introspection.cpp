@@ -65,7 +65,7 @@ std::vector<UnitInfo> unit_infos(const UnitModule& root) {
     info.reduce_dtype = group.config().reduce_dtype;
     info.post_forward_group = group.post_forward_group();
     info.reduce_scatter_group = group.groups().reduce_scatter;
-    info.flag_transfers = group.flag_transfers();
+    info.flag_transfers = unit->grads().flag_transfers();
     infos.push_back(std::move(info));
   }
   return infos;
@@ -78,7 +78,7 @@ MemoryStats memory_stats(const UnitModule& root) {
   for (const auto& unit : state.units()) {
     const auto& group = unit->params();
     stats.sharded_param_bytes += group.sharded_bytes();
-    stats.sharded_grad_bytes += group.sharded_grad_bytes();
+    stats.sharded_grad_bytes += unit->grads().sharded_grad_bytes();
     stats.unsharded_param_bytes += group.full_param_bytes();
     const int64_t gathered = group.is_aliased() ? group.sharded_bytes() : group.gathered_bytes();
     if (unit->is_root()) {
@@ -87,7 +87,7 @@ MemoryStats memory_stats(const UnitModule& root) {
       stats.largest_unit_bytes = std::max(stats.largest_unit_bytes, gathered);
     }
     // Gradients a no-sync backward left unsharded on the parameters.
-    if (group.holds_unsharded_grads()) {
+    if (unit->grads().holds_unsharded_grads()) {
       for (const auto& p : group.params()) stats.sharded_grad_bytes += bytes(p.grad());
     }
   }

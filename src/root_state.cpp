@@ -123,7 +123,7 @@ void RootState::on_backward_done() {
   RECORD_USER_SCOPE(kRootPostBackwardRange);
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_backward_step();
   reductions_.finish_all();
-  for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_grad_reduction();
+  for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->end_backward();
   callback_queued_ = false;
   in_backward_ = false;
   ++completed_steps_;

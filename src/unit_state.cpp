@@ -21,7 +21,10 @@ void cast_floating(TensorRefs& tensors, at::ScalarType dtype) {
 }  // namespace
 
 UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, RootState* root)
-    : config_(std::move(config)), params_(std::move(params)), root_(root) {}
+    : config_(std::move(config)),
+      params_(std::move(params)),
+      grads_(std::make_unique<FlatParamGrads>(*params_)),
+      root_(root) {}
 
 // [Note: a unit's forward on its own]
 // Calling a unit directly, outside its root's forward (evaluating an encoder
@@ -73,7 +76,7 @@ void UnitState::pre_forward(TensorRefs& inputs) {
 }
 
 bool UnitState::has_post_backward_work() const {
-  return !params_->is_aliased() || params_->needs_grad_reduction();
+  return !params_->is_aliased() || grads_->needs_reduction();
 }
 
 void UnitState::post_forward(TensorRefs& outputs) {
@@ -105,7 +108,7 @@ void UnitState::post_forward(TensorRefs& outputs) {
       if (any_output_needs_grad) {
         keep_gathered = true;
         unhooked_backward_ = true;
-        params_->stash_sharded_grads();
+        grads_->stash_sharded_grads();
       }
     }
   }
@@ -167,7 +170,7 @@ void UnitState::pre_backward() {
   state_ = TrainingState::kPreBackward;
   params_->wait_unshard();
   if (config_.prefetch && !ran_on_its_own_) root_->prefetch_after(*this, /*forward=*/false);
-  params_->stash_sharded_grads();
+  grads_->stash_sharded_grads();
 }
 
 void UnitState::post_backward() {
@@ -181,12 +184,11 @@ void UnitState::post_backward() {
 void UnitState::reduce_and_reshard() {
   bool trainable = false;
   for (const auto& p : params_->params()) trainable |= p.requires_grad();
-  if (trainable && params_->needs_grad_reduction()) {
+  if (trainable && grads_->needs_reduction()) {
     if (root_->requires_grad_sync()) {
-      params_->reduce_grads_async();
-      root_->reductions().issued(*this);
+      root_->reductions().issue(*grads_);
     } else {
-      params_->keep_unsharded_grads();
+      grads_->keep_unsharded_grads();
     }
   }
   params_->reshard();
@@ -212,8 +214,8 @@ void UnitState::finish_backward_step() {
   ran_on_its_own_ = false;
 }
 
-void UnitState::finish_grad_reduction() {
-  params_->finish_grad_reduction();
+void UnitState::end_backward() {
+  grads_->end_backward();
   state_ = TrainingState::kIdle;
 }
 
@@ -262,7 +264,7 @@ void UnitState::abort_forward_quietly() noexcept {
 
 void UnitState::reset_after_failure() {
   params_->reshard();
-  params_->abandon_grad_step();
+  grads_->abandon_step();
   if (state_ != TrainingState::kSummonFullParams) state_ = TrainingState::kIdle;
   pending_backwards_ = 0;
   unhooked_backward_ = false;

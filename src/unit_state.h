@@ -1,6 +1,6 @@
 #pragma once
 // The runtime side of one unit: the training-state machine and the hooks
-// that drive its FlatParamGroup through a step.
+// that drive its FlatParamGroup and FlatParamGrads through a step.
 //
 //   pre_forward    gather the parameters (or wait for a prefetched gather)
 //   post_forward   hook the outputs for backward; free the parameters
@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "flat_param_grads.h"
 #include "flat_param_group.h"
 #include "fsdp/tensor_walk.h"
 #include "training_state.h"
@@ -47,7 +48,9 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   void post_backward();
   // From the root's final callback: finish this unit's part of the step.
   void finish_backward_step();
-  void finish_grad_reduction();
+  // From the root's final callback, once its GradReductionQueue finished
+  // every reduction: this unit's step is over.
+  void end_backward();
   // The outputs of one of this unit's forwards died before backward reached
   // them (see [Note: abandoned forwards]). Never throws.
   void forward_abandoned() noexcept;
@@ -71,6 +74,8 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   bool awaiting_backward() const { return pending_backwards_ > 0 || unhooked_backward_; }
   FlatParamGroup& params() { return *params_; }
   const FlatParamGroup& params() const { return *params_; }
+  FlatParamGrads& grads() { return *grads_; }
+  const FlatParamGrads& grads() const { return *grads_; }
   RootState& root() { return *root_; }
   const UnitConfig& config() const { return config_; }
   // Position in the last recorded forward order (see RootState).
@@ -93,6 +98,7 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
 
   UnitConfig config_;
   std::unique_ptr<FlatParamGroup> params_;
+  std::unique_ptr<FlatParamGrads> grads_;  // the gradients of params_
   RootState* root_;
   TrainingState state_ = TrainingState::kIdle;
   // Forwards run with grad this step whose backward has not reached the

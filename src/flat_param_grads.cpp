@@ -47,10 +47,6 @@ void FlatParamGrads::set_state(GradState next) {
   state_ = next;
 }
 
-bool FlatParamGrads::needs_reduction() const {
-  return !params_.is_aliased() || params_.groups().replicate != nullptr;
-}
-
 void FlatParamGrads::keep_unsharded_grads() { set_state(GradState::kUnsynced); }
 
 void FlatParamGrads::stash_sharded_grads() {
@@ -195,7 +191,7 @@ void FlatParamGrads::reduce_grads_async() {
 void FlatParamGrads::start_collective() {
   const UnitGroups& groups = params_.groups();
   const int64_t nparams = params_.layout().num_params();
-  if (groups.shard->size() > 1) {
+  if (params_.plan().shards_across_ranks) {
     pending_.output = at::empty({reduce_input_.size(1)}, reduce_input_.options());
     // The used-parameter flags, each row's last nparams, travel exactly.
     pending_.work = compressed_reduce_scatter(*groups.reduce_scatter, pending_.output,
@@ -204,7 +200,7 @@ void FlatParamGrads::start_collective() {
                                               /*exact_tail=*/nparams);
   } else {
     pending_.output = reduce_input_.view(-1);
-    if (groups.replicate) pending_.work = all_reduce_across_replicas(pending_.output);
+    if (params_.plan().replicates) pending_.work = all_reduce_across_replicas(pending_.output);
   }
 }
 
@@ -272,17 +268,16 @@ WorkPtr FlatParamGrads::all_reduce_across_replicas(const at::Tensor& reduced) co
 // Waits for the reduction and returns this rank's averaged shard of it, on
 // the shards' device.
 at::Tensor FlatParamGrads::wait_for_reduced_shard() {
-  const UnitGroups& groups = params_.groups();
-  const int world = groups.shard->size();
+  const UnitPlan& plan = params_.plan();
   if (pending_.work) {
     WorkPtr work = std::move(pending_.work);
     work->wait();
   }
-  int64_t divisor = world;
-  if (groups.replicate) {
+  int64_t divisor = params_.groups().shard->size();
+  if (plan.replicates) {
     // Hybrid: after the shard group's reduce-scatter, replicas all-reduce.
-    if (world > 1) all_reduce_across_replicas(pending_.output)->wait();
-    divisor *= groups.replicate->size();
+    if (plan.shards_across_ranks) all_reduce_across_replicas(pending_.output)->wait();
+    divisor *= params_.groups().replicate->size();
   }
   at::Tensor reduced = pending_.output.narrow(0, 0, params_.layout().shard_numel());
   if (divisor > 1) reduced.div_(divisor);
@@ -370,7 +365,7 @@ int64_t FlatParamGrads::sharded_grad_bytes() const {
 int64_t FlatParamGrads::reduce_buffer_bytes() const {
   const int64_t world = params_.groups().shard->size();
   const int64_t row = params_.layout().shard_numel() + params_.layout().num_params();
-  const int64_t rows = world > 1 ? world + 1 : 1;
+  const int64_t rows = params_.plan().shards_across_ranks ? world + 1 : 1;
   return rows * row * static_cast<int64_t>(c10::elementSize(params_.config().reduce_dtype));
 }
 

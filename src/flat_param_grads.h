@@ -69,9 +69,6 @@ class FlatParamGrads {
 
   GradState state() const { return state_; }
   bool holds_unsharded_grads() const { return state_ == GradState::kUnsynced; }
-  // False when gradients need no communication at all (one rank, nothing
-  // replicated): autograd's own accumulation already leaves the right values.
-  bool needs_reduction() const;
   int64_t sharded_grad_bytes() const;
   // Bytes a reduction holds until it is finished: the input (one row per
   // shard rank: its slice plus the used-parameter flags) and, when sharded,

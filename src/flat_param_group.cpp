@@ -28,12 +28,13 @@ const char* to_string(ParamState state) {
 }
 
 FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::string> names,
-                               UnitGroups groups, FlatParamConfig config,
+                               UnitGroups groups, FlatParamConfig config, UnitPlan plan,
                                MemoryCounter* gathered_bytes, LiveGatherCount* live_gathers)
     : params_(std::move(params)),
       names_(std::move(names)),
       groups_(std::move(groups)),
       config_(config),
+      plan_(plan),
       gathered_bytes_counter_(gathered_bytes),
       live_gathers_(live_gathers) {
   TORCH_INTERNAL_ASSERT(groups_.shard, "a unit needs a shard group");
@@ -55,9 +56,8 @@ FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::
   // compute device for every gather. On a CPU-only machine the copy is
   // host-to-host, but the code path is the one CUDA runs.
   offload_ = config_.offload_to_cpu;
-  aliased_ = groups_.shard->size() == 1 && config_.compute_dtype == dtype && !offload_;
   at::NoGradGuard no_grad;
-  if (aliased_) {
+  if (plan_.aliased) {
     make_aliased_storage(shard_options(dtype, device));
   } else {
     make_sharded_storage(shard_options(dtype, device), device);
@@ -125,7 +125,7 @@ void FlatParamGroup::make_sharded_storage(const at::TensorOptions& options, at::
 }
 
 ShardLayout::LocalSlice FlatParamGroup::local_slice(int64_t param) const {
-  if (!aliased_) return layout_.local_slice(param, shard_rank());
+  if (!plan_.aliased) return layout_.local_slice(param, shard_rank());
   const auto& slot = layout_.slot(param);
   return ShardLayout::LocalSlice{0, slot.numel, slot.offset};
 }
@@ -155,7 +155,7 @@ void FlatParamGroup::point_params_at(const std::vector<at::Tensor>& views) {
 // -- parameters -----------------------------------------------------------
 
 void FlatParamGroup::unshard_async() {
-  if (aliased_ || param_state_ != ParamState::kSharded) return;
+  if (plan_.aliased || param_state_ != ParamState::kSharded) return;
   compat::resize_storage_bytes(gathered_flat_.storage().unsafeGetStorageImpl(), gathered_bytes());
   gathered_bytes_counter_->add(gathered_bytes());
   live_gathers_->add();
@@ -169,13 +169,13 @@ void FlatParamGroup::unshard_async() {
     set_param_state(ParamState::kGathering);
     return;
   }
-  const bool compressed = config_.compression.weights().enabled() && groups_.shard->size() > 1;
+  const bool compressed = config_.compression.weights().enabled() && plan_.shards_across_ranks;
   // The shard is cast (mixed precision) and moved (offload) once per gather;
   // compressed, it is encoded from the master dtype instead.
   all_gather_input_ = sharded_flat_.to(gathered_flat_.device(),
                                        compressed ? sharded_flat_.scalar_type() : config_.compute_dtype,
                                        /*non_blocking=*/true, /*copy=*/offload_);
-  if (groups_.shard->size() > 1) {
+  if (plan_.shards_across_ranks) {
     pending_gather_ = compressed_all_gather(*groups_.shard, gathered_flat_, all_gather_input_,
                                             config_.compression.weights());
   } else {
@@ -185,7 +185,7 @@ void FlatParamGroup::unshard_async() {
 }
 
 void FlatParamGroup::park_params_on_shards() {
-  if (aliased_ || param_state_ != ParamState::kGathered) return;
+  if (plan_.aliased || param_state_ != ParamState::kGathered) return;
   point_params_at(sharded_views_);
   set_param_state(ParamState::kGatheredParked);
 }
@@ -201,7 +201,7 @@ double FlatParamGroup::shard_checksum(bool full) const {
 }
 
 void FlatParamGroup::wait_unshard() {
-  if (aliased_ || param_state_ == ParamState::kGathered) return;
+  if (plan_.aliased || param_state_ == ParamState::kGathered) return;
   if (param_state_ == ParamState::kGatheredParked) {
     point_params_at(gathered_views_);
     set_param_state(ParamState::kGathered);
@@ -219,7 +219,7 @@ void FlatParamGroup::wait_unshard() {
 
 void FlatParamGroup::reshard() {
   discard_post_forward_shard();
-  if (aliased_ || param_state_ == ParamState::kSharded) return;
+  if (plan_.aliased || param_state_ == ParamState::kSharded) return;
   if (param_state_ == ParamState::kGathering && pending_gather_) {
     // The gather writes into the buffer we are about to free.
     WorkPtr work = std::move(pending_gather_);
@@ -252,7 +252,7 @@ void FlatParamGroup::set_post_forward_group(ProcessGroupPtr group, MemoryCounter
 }
 
 void FlatParamGroup::reshard_after_forward() {
-  if (aliased_ || param_state_ == ParamState::kSharded || !post_forward_group_) {
+  if (plan_.aliased || param_state_ == ParamState::kSharded || !post_forward_group_) {
     reshard();
     return;
   }
@@ -275,7 +275,7 @@ void FlatParamGroup::discard_post_forward_shard() {
 // -- introspection --------------------------------------------------------
 
 int64_t FlatParamGroup::gathered_bytes() const {
-  if (aliased_) return 0;
+  if (plan_.aliased) return 0;
   return layout_.padded_numel() * static_cast<int64_t>(c10::elementSize(config_.compute_dtype));
 }
 

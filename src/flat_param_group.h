@@ -22,6 +22,7 @@
 #include "fsdp/shard_layout.h"
 #include "live_gather_count.h"
 #include "memory_counter.h"
+#include "unit_plan.h"
 
 namespace fsdp::detail {
 
@@ -68,10 +69,12 @@ class FlatParamGroup {
  public:
   // Takes over `params` (same dtype and device, floating point): copies the
   // local shard out of each and points it at its sharded view. Collective-free.
+  // `plan` is resolve_unit_options' for these parameters, groups and config.
   // `gathered_bytes` counts the gathered buffers' bytes (statistics);
   // `live_gathers` counts the units gathered or gathering (prefetch control).
   FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::string> names, UnitGroups groups,
-                 FlatParamConfig config, MemoryCounter* gathered_bytes, LiveGatherCount* live_gathers);
+                 FlatParamConfig config, UnitPlan plan, MemoryCounter* gathered_bytes,
+                 LiveGatherCount* live_gathers);
 
   // -- parameters --------------------------------------------------------
   // Starts gathering the full parameters (no-op if gathered or in flight).
@@ -108,7 +111,9 @@ class FlatParamGroup {
   bool is_in_flight() const { return param_state_ == ParamState::kGathering; }
   // True when the parameters never change shape or dtype (nothing sharded,
   // no mixed precision): unshard and reshard are no-ops.
-  bool is_aliased() const { return aliased_; }
+  bool is_aliased() const { return plan_.aliased; }
+  // What was decided for this unit; see [Note: a unit's plan].
+  const UnitPlan& plan() const { return plan_; }
 
   // -- full parameters outside training (summon, deferred init) -----------
   // All-gathers the unit in the parameters' own dtype into a new 1-D buffer
@@ -157,10 +162,10 @@ class FlatParamGroup {
   std::vector<std::vector<int64_t>> shapes_;  // original shapes
   UnitGroups groups_;
   FlatParamConfig config_;
+  UnitPlan plan_;
   MemoryCounter* gathered_bytes_counter_;
   LiveGatherCount* live_gathers_;
   ShardLayout layout_;
-  bool aliased_ = false;
   bool offload_ = false;  // shards (and, in FlatParamGrads, sharded grads) live in host memory
 
   at::Tensor sharded_flat_;               // 1-D, param dtype, shard_numel

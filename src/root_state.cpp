@@ -6,7 +6,6 @@
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 
 #include "hook_ranges.h"
@@ -14,15 +13,14 @@
 
 namespace fsdp::detail {
 
-RootState::RootState(ProcessGroupPtr world, int max_inflight_all_gathers)
-    : world_(std::move(world)), max_inflight_all_gathers_(max_inflight_all_gathers) {
-  const char* debug = std::getenv("FSDP_DEBUG");
-  validate_every_step_ = debug != nullptr && std::string(debug) != "0";
-}
+RootState::RootState(ProcessGroupPtr world, int max_inflight_all_gathers, bool validate_every_step)
+    : world_(std::move(world)),
+      validation_(validate_every_step),
+      max_inflight_all_gathers_(max_inflight_all_gathers) {}
 
 void RootState::on_pre_forward(UnitState& unit) {
   if (!root_forward_active()) return;  // a unit on its own; see [Note: a unit's forward on its own]
-  if (validating_) validate_order(unit, recording_order_.size());
+  if (validation_.checks_order()) validate_order(unit, recording_order_.size());
   recording_order_.push_back(&unit);
 }
 
@@ -33,8 +31,7 @@ void RootState::exit_root_forward() {
   forward_order_.swap(recording_order_);
   recording_order_.clear();
   for (size_t i = 0; i < forward_order_.size(); ++i) forward_order_[i]->set_order_position(i);
-  ++completed_forwards_;
-  if (!validate_every_step_) validating_ = false;
+  validation_.root_forward_done();
 }
 
 // [Note: execution order validation]
@@ -126,7 +123,7 @@ void RootState::on_backward_done() {
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->end_backward();
   callback_queued_ = false;
   in_backward_ = false;
-  ++completed_steps_;
+  validation_.backward_done();
 }
 
 void RootState::recover_from_failed_step() {

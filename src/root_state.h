@@ -14,6 +14,7 @@
 #include "live_gather_count.h"
 #include "memory_counter.h"
 #include "unit_state.h"
+#include "validation_schedule.h"
 
 namespace fsdp::detail {
 
@@ -26,7 +27,8 @@ struct IgnoredParam {
 
 class RootState {
  public:
-  RootState(ProcessGroupPtr world, int max_inflight_all_gathers);
+  // `validate_every_step`: run the first step's checks on every step.
+  RootState(ProcessGroupPtr world, int max_inflight_all_gathers, bool validate_every_step);
 
   // Units in pre-order; units()[0] is the root.
   void add_unit(std::shared_ptr<UnitState> unit) { units_.push_back(std::move(unit)); }
@@ -58,19 +60,11 @@ class RootState {
   bool requires_grad_sync() const { return requires_grad_sync_; }
   void set_requires_grad_sync(bool on) { requires_grad_sync_ = on; }
 
-  // Validate the order of unit forwards across ranks on every step, not only
-  // the first (FSDP_DEBUG=1 turns it on).
-  void set_validate_every_step(bool on) {
-    validate_every_step_ = on;
-    validating_ = on || completed_forwards_ == 0;
-  }
+  // Which steps run the costly checks.
+  ValidationSchedule& validation() { return validation_; }
 
   // Issues prefetching gathers after `unit` gathered (see [Note: prefetch]).
   void prefetch_after(UnitState& unit, bool forward);
-
-  // Whether units check their shards for edits between forward and backward:
-  // on the first two steps, and on every step when validating every step.
-  bool validating_params() const { return completed_steps_ < 2 || validate_every_step_; }
 
   MemoryCounter& gathered_bytes() { return gathered_bytes_; }
   // Units gathered or gathering: what the prefetch in-flight limit reads.
@@ -103,10 +97,8 @@ class RootState {
   bool in_backward_ = false;
   bool callback_queued_ = false;
   bool requires_grad_sync_ = true;
-  bool validate_every_step_ = false;
-  bool validating_ = true;  // the first step is always validated
+  ValidationSchedule validation_;
   int max_inflight_all_gathers_;
-  int64_t completed_steps_ = 0;
   std::vector<UnitState*> recording_order_;
   std::vector<UnitState*> forward_order_;
   MemoryCounter gathered_bytes_;
@@ -117,7 +109,6 @@ class RootState {
   std::vector<int64_t> open_summon_guards_;  // innermost last
   int64_t summon_guards_made_ = 0;
   std::vector<IgnoredParam> ignored_params_;
-  int64_t completed_forwards_ = 0;
 };
 
 }  // namespace fsdp::detail

@@ -65,7 +65,7 @@ void UnitState::pre_forward(TensorRefs& inputs) {
     if (config_.prefetch && !on_its_own) root.prefetch_after(*this, /*forward=*/true);
     // The post-backward node reduces and reshards; a unit with neither to do
     // (one rank, nothing replicated) lets the final callback close its step.
-    if (at::GradMode::is_enabled() && has_post_backward_work()) {
+    if (at::GradMode::is_enabled() && params_->plan().reduces_grads) {
       attach_post_backward_node(inputs, weak_from_this());
     }
     if (config_.cast_inputs_to) cast_floating(inputs, *config_.cast_inputs_to);
@@ -73,10 +73,6 @@ void UnitState::pre_forward(TensorRefs& inputs) {
     abort_forward_quietly();
     throw;
   }
-}
-
-bool UnitState::has_post_backward_work() const {
-  return !params_->is_aliased() || grads_->needs_reduction();
 }
 
 void UnitState::post_forward(TensorRefs& outputs) {
@@ -93,12 +89,12 @@ void UnitState::post_forward(TensorRefs& outputs) {
       param_versions_.clear();
       for (const auto& p : params_->params()) param_versions_.push_back(static_cast<uint32_t>(p._version()));
       shard_checksum_ = c10::nullopt;
-      if (root_->validating_params()) {
+      checksum_full_ = root_->validation().checks_whole_shards();
+      if (checksum_full_) {
         shard_checksum_ = params_->shard_checksum(/*full=*/true);
       } else if (!params_->is_aliased() && !params_->sharded_flat().is_cuda()) {
         shard_checksum_ = params_->shard_checksum(/*full=*/false);
       }
-      checksum_full_ = root_->validating_params();
     } else {
       // No output we can see needs a gradient, but one might hide in a type
       // we cannot walk; then backward would need the gathered parameters
@@ -113,7 +109,7 @@ void UnitState::post_forward(TensorRefs& outputs) {
     }
   }
   state_ = TrainingState::kIdle;
-  const bool reshard = !grad_enabled || (!keep_gathered && config_.reshard_after_forward);
+  const bool reshard = !grad_enabled || (!keep_gathered && params_->plan().reshards_after_forward);
   if (reshard) {
     if (grad_enabled) {
       params_->reshard_after_forward();
@@ -184,7 +180,7 @@ void UnitState::post_backward() {
 void UnitState::reduce_and_reshard() {
   bool trainable = false;
   for (const auto& p : params_->params()) trainable |= p.requires_grad();
-  if (trainable && grads_->needs_reduction()) {
+  if (trainable && params_->plan().reduces_grads) {
     if (root_->requires_grad_sync()) {
       root_->reductions().issue(*grads_);
     } else {

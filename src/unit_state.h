@@ -32,7 +32,6 @@ class RootState;
 struct UnitConfig {
   std::string name;  // the module path, "" for the root
   bool is_root = false;
-  bool reshard_after_forward = true;
   bool prefetch = true;
   c10::optional<at::ScalarType> cast_inputs_to;  // mixed precision
   c10::optional<at::ScalarType> cast_outputs_to;
@@ -91,7 +90,6 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
 
  private:
   void reduce_and_reshard();
-  bool has_post_backward_work() const;
   void check_params_unmodified() const;
   void attach_post_backward(TensorRefs& inputs);
   void attach_pre_backward(TensorRefs& outputs);

@@ -14,14 +14,14 @@
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "fsdp/comm/process_group.h"
 #include "fsdp/options.h"
 #include "fsdp/shard_layout.h"
-#include "live_gather_count.h"
-#include "memory_counter.h"
+#include "model_counters.h"
 #include "unit_plan.h"
 
 namespace fsdp::detail {
@@ -31,11 +31,14 @@ namespace fsdp::detail {
 // same ranks and carries the gradient reduce-scatters: `shard` itself, or a
 // sibling with its own lane (FullyShardOptions::separate_reduce_scatter_group).
 // `replicate`, if set, holds the ranks holding the same shard, across which
-// gradients are all-reduced.
+// gradients are all-reduced. `post_forward`, if set, holds k consecutive
+// ranks of `shard` whose chunk post-forward reshards keep (see [Note:
+// resharding to a smaller group]).
 struct UnitGroups {
   ProcessGroupPtr shard;
   ProcessGroupPtr reduce_scatter;
-  ProcessGroupPtr replicate;  // nullptr: no replication
+  ProcessGroupPtr replicate;     // nullptr: no replication
+  ProcessGroupPtr post_forward;  // nullptr: post-forward reshards free all
 };
 
 struct FlatParamConfig {
@@ -70,11 +73,9 @@ class FlatParamGroup {
   // Takes over `params` (same dtype and device, floating point): copies the
   // local shard out of each and points it at its sharded view. Collective-free.
   // `plan` is resolve_unit_options' for these parameters, groups and config.
-  // `gathered_bytes` counts the gathered buffers' bytes (statistics);
-  // `live_gathers` counts the units gathered or gathering (prefetch control).
+  // `counters` are the model's: gathered and kept bytes, live gathers.
   FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::string> names, UnitGroups groups,
-                 FlatParamConfig config, UnitPlan plan, MemoryCounter* gathered_bytes,
-                 LiveGatherCount* live_gathers);
+                 FlatParamConfig config, UnitPlan plan, std::shared_ptr<ModelCounters> counters);
 
   // -- parameters --------------------------------------------------------
   // Starts gathering the full parameters (no-op if gathered or in flight).
@@ -88,12 +89,8 @@ class FlatParamGroup {
   // keeps this rank's chunk of the gathered buffer, so the next unshard
   // gathers within that group. See [Note: resharding to a smaller group].
   void reshard_after_forward();
-  // Sets the k-rank group of the shard group whose chunk post-forward
-  // reshards keep, and where those bytes are counted.
-  void set_post_forward_group(ProcessGroupPtr group, MemoryCounter* kept_bytes);
   // Drops the chunk kept by reshard_after_forward() (the shards may change).
   void discard_post_forward_shard();
-  bool holds_post_forward_shard() const { return post_forward_shard_.defined(); }
   // Points every parameter at its shard but keeps the gathered buffer, for
   // units that stay gathered from forward to backward: in between, their
   // parameters look like every other unit's (shards, matching their sharded
@@ -103,12 +100,9 @@ class FlatParamGroup {
   // Sum of the local shard, or of an evenly spaced sample of it: a content
   // check, not a hash.
   double shard_checksum(bool full) const;
-  ParamState param_state() const { return param_state_; }
-  // The gathered buffer is alive (the parameters may be parked on shards).
-  bool is_gathered() const {
-    return param_state_ == ParamState::kGathered || param_state_ == ParamState::kGatheredParked;
-  }
-  bool is_in_flight() const { return param_state_ == ParamState::kGathering; }
+  // The gathered buffer is alive or being gathered into (the parameters may
+  // be parked on shards).
+  bool holds_gathered_buffer() const { return param_state_ != ParamState::kSharded; }
   // True when the parameters never change shape or dtype (nothing sharded,
   // no mixed precision): unshard and reshard are no-ops.
   bool is_aliased() const { return plan_.aliased; }
@@ -138,18 +132,19 @@ class FlatParamGroup {
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<std::vector<int64_t>>& shapes() const { return shapes_; }
   const UnitGroups& groups() const { return groups_; }
-  int shard_rank() const { return groups_.shard->rank(); }
-  at::ScalarType param_dtype() const { return sharded_flat_.scalar_type(); }
   const FlatParamConfig& config() const { return config_; }
   // 1-D, param dtype, numel = layout().shard_numel()
   const at::Tensor& sharded_flat() const { return sharded_flat_; }
-  int64_t gathered_bytes() const;  // bytes of the gathered buffer when alive
-  int64_t sharded_bytes() const;   // bytes of the local shard
-  int64_t full_param_bytes() const;  // unpadded, param dtype
-  int64_t post_forward_shard_bytes() const;  // the kept chunk, 0 when none
-  const ProcessGroupPtr& post_forward_group() const { return post_forward_group_; }
+  struct Bytes {
+    int64_t sharded = 0;      // the local shard
+    int64_t gathered = 0;     // the gathered buffer when alive; 0 when aliased
+    int64_t full_params = 0;  // every parameter whole: unpadded, param dtype
+  };
+  Bytes bytes() const;
 
  private:
+  int64_t gathered_bytes() const;
+  int64_t post_forward_shard_bytes() const;  // the kept chunk, 0 when none
   void check_params(at::ScalarType dtype, at::Device device);
   at::TensorOptions shard_options(at::ScalarType dtype, at::Device device) const;
   void make_aliased_storage(const at::TensorOptions& options);
@@ -163,8 +158,7 @@ class FlatParamGroup {
   UnitGroups groups_;
   FlatParamConfig config_;
   UnitPlan plan_;
-  MemoryCounter* gathered_bytes_counter_;
-  LiveGatherCount* live_gathers_;
+  std::shared_ptr<ModelCounters> counters_;
   ShardLayout layout_;
   bool offload_ = false;  // shards (and, in FlatParamGrads, sharded grads) live in host memory
 
@@ -176,8 +170,6 @@ class FlatParamGroup {
   at::Tensor all_gather_input_;             // the cast shard, alive while in flight
   WorkPtr pending_gather_;
   ParamState param_state_ = ParamState::kSharded;
-  ProcessGroupPtr post_forward_group_;  // k consecutive ranks of the shard group
-  MemoryCounter* post_forward_counter_ = nullptr;
   at::Tensor post_forward_shard_;  // 1-D, compute dtype, padded_numel / k
 };
 

@@ -170,13 +170,13 @@ void shard_units(detail::DiscoveredModel& model, const FullyShardOptions& option
   std::map<int, ProcessGroupPtr> post_forward_groups;
   for (size_t u = 0; u < model.units.size(); ++u) {
     auto& unit = model.units[u];
-    auto params = std::make_unique<detail::FlatParamGroup>(
-        std::move(unit.params), std::move(unit.param_names), groups, resolved[u].flat,
-        resolved[u].plan, &root_state.gathered_bytes(), &root_state.live_gathers());
+    detail::UnitGroups unit_groups = groups;
     if (const int k = resolved[u].plan.post_forward_group_size; k > 0) {
-      params->set_post_forward_group(post_forward_group(post_forward_groups, *groups.shard, k),
-                                     &root_state.post_forward_bytes());
+      unit_groups.post_forward = post_forward_group(post_forward_groups, *groups.shard, k);
     }
+    auto params = std::make_unique<detail::FlatParamGroup>(
+        std::move(unit.params), std::move(unit.param_names), std::move(unit_groups), resolved[u].flat,
+        resolved[u].plan, root_state.counters());
     auto state = std::make_shared<detail::UnitState>(resolved[u].unit, std::move(params), &root_state);
     root_state.add_unit(state);
     for (UnitModule* member : unit.members) detail::UnitModuleAccess::attach_unit_state(*member, state);

@@ -77,16 +77,6 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   const FlatParamGrads& grads() const { return *grads_; }
   RootState& root() { return *root_; }
   const UnitConfig& config() const { return config_; }
-  // Position in the last recorded forward order (see RootState).
-  size_t order_position() const { return order_position_; }
-  void set_order_position(size_t position) { order_position_ = position; }
-  // Explicit prefetch targets (issue order); empty: use the recorded order.
-  const std::vector<UnitState*>& prefetch_list(bool forward) const {
-    return forward ? forward_prefetch_ : backward_prefetch_;
-  }
-  void set_prefetch_list(bool forward, std::vector<UnitState*> units) {
-    (forward ? forward_prefetch_ : backward_prefetch_) = std::move(units);
-  }
 
  private:
   void reduce_and_reshard();
@@ -102,9 +92,6 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   // Forwards run with grad this step whose backward has not reached the
   // unit's inputs yet; the unit reduces when the last one does.
   int pending_backwards_ = 0;
-  size_t order_position_ = static_cast<size_t>(-1);
-  std::vector<UnitState*> forward_prefetch_;
-  std::vector<UnitState*> backward_prefetch_;
   bool unhooked_backward_ = false;  // kept gathered: outputs could not be hooked
   // This step's forward ran outside the root's forward (the unit was called
   // on its own): its backward prefetches nothing.

@@ -162,7 +162,8 @@ void cast_buffers(detail::DiscoveredModel& model, const MixedPrecisionPolicy& mp
 // Each unit takes its parameters over. Every per-unit choice is resolved
 // (and checked) before the first one does.
 void shard_units(detail::DiscoveredModel& model, const FullyShardOptions& options,
-                 const detail::UnitGroups& groups, detail::RootState& root_state) {
+                 const detail::UnitGroups& groups,
+                 const std::shared_ptr<detail::RootState>& root_state) {
   std::vector<detail::ResolvedUnitOptions> resolved;
   for (const auto& unit : model.units) {
     resolved.push_back(detail::resolve_unit_options(unit, options, groups));
@@ -176,9 +177,9 @@ void shard_units(detail::DiscoveredModel& model, const FullyShardOptions& option
     }
     auto params = std::make_unique<detail::FlatParamGroup>(
         std::move(unit.params), std::move(unit.param_names), std::move(unit_groups), resolved[u].flat,
-        resolved[u].plan, root_state.counters());
-    auto state = std::make_shared<detail::UnitState>(resolved[u].unit, std::move(params), &root_state);
-    root_state.add_unit(state);
+        resolved[u].plan, root_state->counters());
+    auto state = std::make_shared<detail::UnitState>(resolved[u].unit, std::move(params), root_state);
+    root_state->add_unit(state);
     for (UnitModule* member : unit.members) detail::UnitModuleAccess::attach_unit_state(*member, state);
   }
 }
@@ -213,7 +214,7 @@ void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
   const detail::UnitGroups groups = make_unit_groups(options, world);
   auto root_state = std::make_shared<detail::RootState>(world, options.max_inflight_all_gathers(),
                                                        detail::validate_every_step_from_env());
-  shard_units(model, options, groups, *root_state);
+  shard_units(model, options, groups, root_state);
   root_state->set_ignored_params(params_outside_units(root, *root_state));
   const auto all_params = root.parameters();
   const bool ignored_deferred = std::any_of(all_params.begin(), all_params.end(),

@@ -37,9 +37,18 @@ struct UnitConfig {
   c10::optional<at::ScalarType> cast_outputs_to;
 };
 
+// [Note: a unit outliving its root]
+// The root module owns the RootState, and the RootState owns every unit's
+// state; a nested module owns a share of its own. A user may keep a nested
+// module after dropping the model (an encoder taken out of it, say). Its
+// unit then refers to a root that is gone, so it holds the root weakly and
+// every use of the root goes through root(), which throws a clear error
+// instead of reading freed memory. The counters its storage updates are
+// shared with the root (ModelCounters), so freeing the unit's buffers stays
+// safe without it.
 class UnitState : public std::enable_shared_from_this<UnitState> {
  public:
-  UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, RootState* root);
+  UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, std::weak_ptr<RootState> root);
 
   void pre_forward(TensorRefs& inputs);
   void post_forward(TensorRefs& outputs);
@@ -75,7 +84,8 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   const FlatParamGroup& params() const { return *params_; }
   FlatParamGrads& grads() { return *grads_; }
   const FlatParamGrads& grads() const { return *grads_; }
-  RootState& root() { return *root_; }
+  // Throws when the root module is gone; see [Note: a unit outliving its root].
+  RootState& root();
   const UnitConfig& config() const { return config_; }
 
  private:
@@ -87,7 +97,7 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   UnitConfig config_;
   std::unique_ptr<FlatParamGroup> params_;
   std::unique_ptr<FlatParamGrads> grads_;  // the gradients of params_
-  RootState* root_;
+  std::weak_ptr<RootState> root_;
   TrainingState state_ = TrainingState::kIdle;
   // Forwards run with grad this step whose backward has not reached the
   // unit's inputs yet; the unit reduces when the last one does.

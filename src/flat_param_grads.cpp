@@ -29,7 +29,7 @@ const char* to_string(GradState state) {
   return "?";
 }
 
-FlatParamGrads::FlatParamGrads(const FlatParamGroup& params) : params_(params) {}
+FlatParamGrads::FlatParamGrads(const FlatParamGroup& group) : group_(group) {}
 
 // Every GradState change goes through here; see [Note: the gradient states]
 // for the table.
@@ -50,9 +50,9 @@ void FlatParamGrads::set_state(GradState next) {
 void FlatParamGrads::keep_unsharded_grads() { set_state(GradState::kUnsynced); }
 
 void FlatParamGrads::stash_sharded_grads() {
-  if (params_.is_aliased() || state_ != GradState::kSharded) return;
+  if (group_.is_aliased() || state_ != GradState::kSharded) return;
   set_state(GradState::kStashed);
-  const auto& params = params_.params();
+  const auto& params = group_.params();
   stashed_grads_.resize(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     at::Tensor& grad = params[i].mutable_grad();
@@ -74,20 +74,20 @@ void FlatParamGrads::stash_sharded_grads() {
 // A parameter whose range spans two rows of the input (at most world - 1 of
 // them per unit) is copied piece by piece.
 void FlatParamGrads::make_reduce_buffers() {
-  const ShardLayout& layout = params_.layout();
-  const int world = params_.groups().shard->size();
+  const ShardLayout& layout = group_.layout();
+  const int world = group_.groups().shard->size();
   const int64_t shard = layout.shard_numel();
   const int64_t nparams = layout.num_params();
-  const auto& params = params_.params();
+  const auto& params = group_.params();
   const at::Device device = params.empty() ? at::Device(at::kCPU) : params[0].device();
   reduce_input_ = at::empty({world, shard + nparams},
-                            at::TensorOptions().dtype(params_.config().reduce_dtype).device(device));
+                            at::TensorOptions().dtype(group_.config().reduce_dtype).device(device));
   for (int64_t i = 0; i < nparams; ++i) {
     const auto& slot = layout.slot(i);
     const int64_t row = slot.offset / shard;
     const bool one_row = slot.numel == 0 || (slot.offset + slot.numel - 1) / shard == row;
     reduce_input_views_.push_back(
-        one_row ? reduce_input_[row].narrow(0, slot.offset % shard, slot.numel).view(params_.shapes()[i])
+        one_row ? reduce_input_[row].narrow(0, slot.offset % shard, slot.numel).view(group_.shapes()[i])
                 : at::Tensor());
   }
   reduce_flags_ = reduce_input_.narrow(1, shard, nparams);
@@ -106,12 +106,12 @@ void FlatParamGrads::free_reduce_input() {
 // buffer shaped like the local shard, and per parameter a plain alias with
 // the geometry of its sharded view.
 void FlatParamGrads::make_sharded_grad() {
-  sharded_grad_ = at::zeros_like(params_.sharded_flat());
-  for (int64_t i = 0; i < params_.layout().num_params(); ++i) {
-    const auto slice = params_.local_slice(i);
+  sharded_grad_ = at::zeros_like(group_.sharded_flat());
+  for (int64_t i = 0; i < group_.layout().num_params(); ++i) {
+    const auto slice = group_.local_slice(i);
     at::Tensor view = sharded_grad_.narrow(0, slice.shard_offset, slice.numel);
     // Aliased units' sharded views are the full-shaped parameters.
-    if (params_.is_aliased()) view = view.view(params_.shapes()[static_cast<size_t>(i)]);
+    if (group_.is_aliased()) view = view.view(group_.shapes()[static_cast<size_t>(i)]);
     sharded_grad_views_.push_back(plain_alias(sharded_grad_, view));
   }
 }
@@ -123,8 +123,8 @@ void FlatParamGrads::scatter_grad_into(int64_t param, const at::Tensor& grad) co
     return;
   }
   // Each row of the input is what one rank receives; this range straddles rows.
-  const auto& slot = params_.layout().slot(param);
-  const int64_t shard = params_.layout().shard_numel();
+  const auto& slot = group_.layout().slot(param);
+  const int64_t shard = group_.layout().shard_numel();
   at::Tensor flat = grad.reshape(-1);
   int64_t pos = slot.offset;
   int64_t src = 0;
@@ -162,8 +162,8 @@ void FlatParamGrads::write_used_flags() {
 
 void FlatParamGrads::reduce_grads_async() {
   set_state(GradState::kReducing);
-  const auto& params = params_.params();
-  const int64_t nparams = params_.layout().num_params();
+  const auto& params = group_.params();
+  const int64_t nparams = group_.layout().num_params();
   at::NoGradGuard no_grad;
   if (!reduce_input_.defined()) make_reduce_buffers();
   compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), reduce_input_.nbytes());
@@ -179,7 +179,7 @@ void FlatParamGrads::reduce_grads_async() {
     scatter_grad_into(i, grad);
     // The full gradient is no longer needed: aliased parameters get the
     // reduced value written back in place, sharded ones get their shard.
-    if (!params_.is_aliased()) grad = at::Tensor();
+    if (!group_.is_aliased()) grad = at::Tensor();
   }
   if (nparams > 0) write_used_flags();
   start_collective();
@@ -189,26 +189,26 @@ void FlatParamGrads::reduce_grads_async() {
 // group there is nothing to scatter: the input is the output, and only
 // replicas (if any) all-reduce it.
 void FlatParamGrads::start_collective() {
-  const UnitGroups& groups = params_.groups();
-  const int64_t nparams = params_.layout().num_params();
-  if (params_.plan().shards_across_ranks) {
+  const UnitGroups& groups = group_.groups();
+  const int64_t nparams = group_.layout().num_params();
+  if (group_.plan().shards_across_ranks) {
     pending_.output = at::empty({reduce_input_.size(1)}, reduce_input_.options());
     // The used-parameter flags, each row's last nparams, travel exactly.
     pending_.work = compressed_reduce_scatter(*groups.reduce_scatter, pending_.output,
                                               reduce_input_.view(-1),
-                                              params_.config().compression.grads(),
+                                              group_.config().compression.grads(),
                                               /*exact_tail=*/nparams);
   } else {
     pending_.output = reduce_input_.view(-1);
-    if (params_.plan().replicates) pending_.work = all_reduce_across_replicas(pending_.output);
+    if (group_.plan().replicates) pending_.work = all_reduce_across_replicas(pending_.output);
   }
 }
 
 void FlatParamGrads::finish_reduction() {
   TORCH_INTERNAL_ASSERT(state_ == GradState::kReducing, "no gradient reduction to finish; the state is ",
                         to_string(state_));
-  const int64_t shard = params_.layout().shard_numel();
-  const int64_t nparams = params_.layout().num_params();
+  const int64_t shard = group_.layout().shard_numel();
+  const int64_t nparams = group_.layout().num_params();
   at::NoGradGuard no_grad;
   at::Tensor reduced = wait_for_reduced_shard();
   if (!sharded_grad_.defined()) make_sharded_grad();
@@ -230,7 +230,7 @@ void FlatParamGrads::end_backward() {
   // accumulating full gradients.
   if (state_ != GradState::kStashed) return;
   // Nothing was reduced this step (a frozen unit): the stash comes back untouched.
-  const auto& params = params_.params();
+  const auto& params = group_.params();
   for (size_t i = 0; i < stashed_grads_.size(); ++i) {
     if (stashed_grads_[i].defined()) params[i].mutable_grad() = std::move(stashed_grads_[i]);
   }
@@ -248,9 +248,9 @@ void FlatParamGrads::abandon_step() {
     free_reduce_input();
   }
   if (state_ != GradState::kReducing && state_ != GradState::kStashed) return;
-  const auto& params = params_.params();
+  const auto& params = group_.params();
   // Aliased units have no stash: autograd wrote the gradients in place.
-  for (size_t i = 0; i < params.size() && !params_.is_aliased(); ++i) {
+  for (size_t i = 0; i < params.size() && !group_.is_aliased(); ++i) {
     params[i].mutable_grad() = i < stashed_grads_.size() ? std::move(stashed_grads_[i]) : at::Tensor();
   }
   stashed_grads_.clear();
@@ -260,30 +260,30 @@ void FlatParamGrads::abandon_step() {
 // Sums `reduced` (the shard and the used-parameter flags after them) across
 // the replicas, compressed as the options say; the flags travel exactly.
 WorkPtr FlatParamGrads::all_reduce_across_replicas(const at::Tensor& reduced) const {
-  return compressed_all_reduce(*params_.groups().replicate, reduced,
-                               params_.config().compression.replicate_grads(),
-                               /*exact_tail=*/params_.layout().num_params());
+  return compressed_all_reduce(*group_.groups().replicate, reduced,
+                               group_.config().compression.replicate_grads(),
+                               /*exact_tail=*/group_.layout().num_params());
 }
 
 // Waits for the reduction and returns this rank's averaged shard of it, on
 // the shards' device.
 at::Tensor FlatParamGrads::wait_for_reduced_shard() {
-  const UnitPlan& plan = params_.plan();
+  const UnitPlan& plan = group_.plan();
   if (pending_.work) {
     WorkPtr work = std::move(pending_.work);
     work->wait();
   }
-  int64_t divisor = params_.groups().shard->size();
+  int64_t divisor = group_.groups().shard->size();
   if (plan.replicates) {
     // Hybrid: after the shard group's reduce-scatter, replicas all-reduce.
     if (plan.shards_across_ranks) all_reduce_across_replicas(pending_.output)->wait();
-    divisor *= params_.groups().replicate->size();
+    divisor *= group_.groups().replicate->size();
   }
-  at::Tensor reduced = pending_.output.narrow(0, 0, params_.layout().shard_numel());
+  at::Tensor reduced = pending_.output.narrow(0, 0, group_.layout().shard_numel());
   if (divisor > 1) reduced.div_(divisor);
   // Offload: one copy of the reduced shard to the host per unit.
-  const at::Tensor& shard = params_.sharded_flat();
-  if (params_.config().offload_to_cpu) {
+  const at::Tensor& shard = group_.sharded_flat();
+  if (group_.config().offload_to_cpu) {
     reduced = reduced.to(shard.device(), /*non_blocking=*/false, /*copy=*/true);
   }
   return reduced;
@@ -298,9 +298,9 @@ at::Tensor FlatParamGrads::wait_for_reduced_shard() {
 // per-parameter path.
 bool FlatParamGrads::install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used) {
   if (!every_param_used) return false;
-  const auto& params = params_.params();
+  const auto& params = group_.params();
   bool accumulate = false;
-  if (!params_.is_aliased()) {
+  if (!group_.is_aliased()) {
     bool all_fresh = true;
     bool all_onto_own = true;
     for (size_t i = 0; i < params.size(); ++i) {
@@ -328,15 +328,15 @@ bool FlatParamGrads::install_reduced_grads_flat(const at::Tensor& reduced, bool 
 }
 
 void FlatParamGrads::install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count) {
-  const auto& params = params_.params();
-  for (int64_t i = 0; i < params_.layout().num_params(); ++i) {
+  const auto& params = group_.params();
+  for (int64_t i = 0; i < group_.layout().num_params(); ++i) {
     const at::Tensor& param = params[i];
     if (!param.requires_grad()) continue;
     const bool used = user_count[i] > 0.f;
-    const auto slice = params_.local_slice(i);
+    const auto slice = group_.local_slice(i);
     at::Tensor fresh = reduced.narrow(0, slice.shard_offset, slice.numel).view(sharded_grad_views_[i].sizes());
     at::Tensor& grad = param.mutable_grad();
-    if (params_.is_aliased()) {
+    if (group_.is_aliased()) {
       // The parameter's gradient already held everything accumulated so far
       // (identical on every rank before this backward), so the average of
       // the sums is the old value plus the average of the new parts.
@@ -363,10 +363,10 @@ int64_t FlatParamGrads::sharded_grad_bytes() const {
 }
 
 int64_t FlatParamGrads::reduce_buffer_bytes() const {
-  const int64_t world = params_.groups().shard->size();
-  const int64_t row = params_.layout().shard_numel() + params_.layout().num_params();
-  const int64_t rows = params_.plan().shards_across_ranks ? world + 1 : 1;
-  return rows * row * static_cast<int64_t>(c10::elementSize(params_.config().reduce_dtype));
+  const int64_t world = group_.groups().shard->size();
+  const int64_t row = group_.layout().shard_numel() + group_.layout().num_params();
+  const int64_t rows = group_.plan().shards_across_ranks ? world + 1 : 1;
+  return rows * row * static_cast<int64_t>(c10::elementSize(group_.config().reduce_dtype));
 }
 
 }  // namespace fsdp::detail

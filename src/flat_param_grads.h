@@ -39,8 +39,8 @@ const char* to_string(GradState state);
 
 class FlatParamGrads {
  public:
-  // The gradients of `params`' parameters; `params` must outlive this.
-  explicit FlatParamGrads(const FlatParamGroup& params);
+  // The gradients of `group`'s parameters; `group` must outlive this.
+  explicit FlatParamGrads(const FlatParamGroup& group);
 
   // Before the unit's backward: moves sharded gradients aside so autograd
   // can accumulate full-shaped ones. Not done when unsharded gradients from a
@@ -100,7 +100,7 @@ class FlatParamGrads {
   void install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count);
   void free_reduce_input();
 
-  const FlatParamGroup& params_;
+  const FlatParamGroup& group_;  // the storage these gradients belong to
   GradState state_ = GradState::kSharded;
   at::Tensor sharded_grad_;                     // 1-D, param dtype, shard_numel
   std::vector<at::Tensor> sharded_grad_views_;  // per param, shaped like its sharded view

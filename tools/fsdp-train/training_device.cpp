@@ -50,7 +50,7 @@ std::string check_device(const TrainOptions& o, int local_world_size) {
 c10::Device select_training_device(const TrainOptions& o, int local_rank) {
   if (o.device != "cuda") return c10::Device(c10::kCPU);
   const c10::Device gpu(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
-  // [Note: one GPU per rank, chosen by LOCAL_RANK]
+  // See [Note: one GPU per rank, chosen by LOCAL_RANK] in training_device.h.
   c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(gpu);
   return gpu;
 }

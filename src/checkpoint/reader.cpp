@@ -26,9 +26,9 @@ namespace {
 // size and the xxh64 of its safetensors header (the 8-byte length and the
 // JSON after it), and a reader checks both when it opens the file. So a
 // flipped header byte, a damaged length or bytes appended are found by
-// `verify` and refused by a load alike; before, only verify saw appended
-// bytes, and nothing saw a damaged header, though other safetensors readers
-// then misread the file.
+// `verify` and refused by a load alike. The data blocks alone would not show
+// appended bytes or a damaged header, and other safetensors readers misread
+// a file with either.
 std::string rank_file_problem(const InputFile& file, const FileInfo& info) {
   if (file.size() != info.bytes) {
     return c10::str("has ", file.size(), " bytes but the index records ", info.bytes, " (",

@@ -7,7 +7,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps configure test test-libtorch2 demo clean format
+.PHONY: all build deps configure test test-libtorch2 demo clean format lint
 
 all: build
 
@@ -39,6 +39,11 @@ demo: deps
 # `git add`ed) in .clang-format's style; the rest of the tree is left as it is.
 format:
 	git clang-format --style file --force HEAD
+
+# What CI checks before building: the format of the lines changed since the
+# merge base with main, and no function over 60 lines (scripts/lint.sh).
+lint: configure
+	@BUILD_DIR=$(BUILD_DIR) JOBS=$(JOBS) scripts/lint.sh
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_mlp: %s\n", e.what());
+    // Not e.what(): a c10::Error's what() appends a C++ backtrace.
+    std::fprintf(stderr, "train_mlp: %s\n", fsdp::error_message(e).c_str());
     return 1;
   }
 }

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages libfsdp needs, and only those that are missing,
 # so `make test` and `make demo` work on a fresh Debian 12 machine.
+#   scripts/install-deps.sh [PACKAGE...]
+# With packages named, installs those instead, the same way (scripts/lint.sh
+# asks for clang-tidy and clang-format, which only the checks need).
 set -euo pipefail
 
 packages=(
@@ -14,6 +17,7 @@ packages=(
   openmpi-bin libopenmpi-dev      # the mpirun launch test
   iproute2                        # the two-host network-namespace test
 )
+if (($# > 0)); then packages=("$@"); fi
 
 missing=()
 for p in "${packages[@]}"; do

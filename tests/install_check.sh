@@ -3,6 +3,7 @@
 # label "install"; tests/CMakeLists.txt registers it):
 #  1. `cmake --install` the build into a fresh prefix; every installed program
 #     and the library find their libraries from there (RUNPATH), not the build;
+#     the headers installed are exactly those docs/using-libfsdp.md lists;
 #  2. examples/consumer, a project with only find_package(fsdp) and
 #     fsdp::fsdp, configures and builds against the prefix, and on 2 ranks
 #     under the INSTALLED fsdp-run prints exactly the lines that the in-tree
@@ -49,6 +50,25 @@ for f in lib/cmake/fsdp/fsdpConfig.cmake lib/cmake/fsdp/fsdpConfigVersion.cmake 
   [[ -e "$prefix/$f" ]] || fail "$f is not installed (ls $prefix: $(ls -R "$prefix" | head -50))"
 done
 [[ ! -e "$prefix/include/fsdp/models" ]] || fail "the demo GPT's header was installed"
+# The installed headers are exactly those docs/using-libfsdp.md lists under
+# "The headers" (its table rows: | `fsdp/x.h` | ... |), and each one includes
+# only installed headers of ours, so a consumer never reaches an internal one.
+documented=$(sed -n 's/^| `\(fsdp\/[a-z_/]*\.h\)` |.*/\1/p' "$src/docs/using-libfsdp.md" | sort)
+[[ -n "$documented" ]] || fail "found no header table in $src/docs/using-libfsdp.md"
+installed=$(cd "$prefix/include" && find fsdp -type f | sort)
+if extra=$(comm -13 <(echo "$documented") <(echo "$installed")) && [[ -n "$extra" ]]; then
+  fail "installed but not documented in docs/using-libfsdp.md: $(echo $extra). List it under" \
+    "\"The headers\" if it is API, or move it to src/ (or exclude it in cmake/install.cmake)"
+fi
+if missing=$(comm -23 <(echo "$documented") <(echo "$installed")) && [[ -n "$missing" ]]; then
+  fail "documented in docs/using-libfsdp.md but not installed: $(echo $missing)"
+fi
+for header in $installed; do
+  for included in $(sed -n 's/^#include "\(fsdp\/[^"]*\)".*/\1/p' "$prefix/include/$header"); do
+    [[ -e "$prefix/include/$included" ]] ||
+      fail "$header includes $included, which is not installed (internal headers belong in src/)"
+  done
+done
 lib=$(ls "$prefix"/lib*/libfsdp.so 2>/dev/null | head -1)
 [[ -n "$lib" ]] || fail "libfsdp.so is not installed under $prefix/lib*"
 # Every installed binary resolves libfsdp from the prefix and nothing is missing.

@@ -16,11 +16,11 @@
 #include <rapidjson/document.h>
 
 #include "checkpoint/atomic_file.h"
-#include "fsdp/checkpoint/index.h"
+#include "checkpoint/index.h"
 #include "fsdp/checkpoint/safetensors.h"
-#include "harness/temp_dir.h"
 #include "harness/assertions.h"
 #include "harness/sample_tensors.h"
+#include "harness/temp_dir.h"
 
 namespace fs = std::filesystem;
 using fsdp::testing::make_tensor;

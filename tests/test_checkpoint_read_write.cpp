@@ -18,16 +18,16 @@
 #include <random>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/index.h"
 #include "checkpoint/save_hook.h"
-#include "fsdp/checkpoint/index.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/save.h"
 #include "fsdp/checkpoint/strict_check.h"
-#include "harness/temp_dir.h"
 #include "harness/assertions.h"
 #include "harness/file_damage.h"
 #include "harness/sample_tensors.h"
+#include "harness/temp_dir.h"
 
 namespace fs = std::filesystem;
 using fsdp::ckpt::Reader;

@@ -12,7 +12,7 @@
 #include <limits>
 #include <string>
 
-#include "fsdp/comm/compression.h"
+#include "comm/compression_codec.h"
 #include "harness/assertions.h"
 #include "harness/rank_harness.h"
 

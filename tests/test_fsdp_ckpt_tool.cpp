@@ -15,6 +15,7 @@
 #include <map>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/index.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/save.h"

@@ -211,7 +211,7 @@ TEST(Rendezvous, MissingNodeIsNamedWhileWaitingAndAtTheTimeout) {
 }
 
 // A rendezvous server that accepted the connection and never answers (rank 0
-// stopped as its store began listening) used to block the others forever.
+// stopped as its store began listening) must not block the others forever.
 TEST(Rendezvous, AServerThatNeverAnswersFailsWithinTheTimeout) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(listener, 0);

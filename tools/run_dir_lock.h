@@ -2,17 +2,17 @@
 // One run per run dir.
 //
 // [Note: one run per run dir]
-// Two fsdp-train runs started into the same --run-dir both used to succeed,
-// leaving one run's metrics beside the other's checkpoints (and once a
-// metrics.jsonl line cut by the other's write). Rank 0 now holds an
-// exclusive flock(2) on <run-dir>/.fsdp-train.lock for the whole run. The
-// kernel drops the lock when the process ends however it ends, so a killed
-// run never leaves a stale lock behind, and a second run is refused at once,
-// naming the holder that the file records (pid and host). Only rank 0 locks:
-// it is the rank that writes the run dir's shared files, and a second run's
-// rank 0 is the one that meets the lock. Resuming a killed run into its own
-// dir works, since the lock died with it. fsdp-ckpt clean asks held_elsewhere()
-// before it removes partial saves. Shared by the tools, so header-only.
+// Two fsdp-train runs started into the same --run-dir would both run, leaving
+// one run's metrics beside the other's checkpoints (and metrics.jsonl lines
+// cut by the other's writes). So rank 0 holds an exclusive flock(2) on
+// <run-dir>/.fsdp-train.lock for the whole run. The kernel drops the lock when
+// the process ends however it ends, so a killed run never leaves a stale lock
+// behind, and a second run is refused at once, naming the holder that the file
+// records (pid and host). Only rank 0 locks: it is the rank that writes the
+// run dir's shared files, and a second run's rank 0 is the one that meets the
+// lock. Resuming a killed run into its own dir works, since the lock died with
+// it. fsdp-ckpt clean asks held_elsewhere() before it removes partial saves.
+// Shared by the tools, so header-only.
 
 #include <fcntl.h>
 #include <fmt/format.h>

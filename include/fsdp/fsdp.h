@@ -15,7 +15,6 @@
 //   fsdp/deferred_init.h       defer_init: models too big for one rank
 //   fsdp/introspection.h       shard placement and memory accounting
 //   fsdp/hook_timer.h          wall time inside the hooks (profiling the framework)
-//   fsdp/shard_layout.h        the flat shard arithmetic
 //   fsdp/state_dict.h          full and sharded model state dicts, loading
 //   fsdp/error_message.h       an error's message without its C++ backtrace
 //   fsdp/optim_state_dict.h    optimizer state dicts by parameter name
@@ -45,9 +44,8 @@
 #include "fsdp/fully_shard.h"
 #include "fsdp/hook_timer.h"
 #include "fsdp/introspection.h"
-#include "fsdp/options.h"
-#include "fsdp/shard_layout.h"
 #include "fsdp/optim_state_dict.h"
+#include "fsdp/options.h"
 #include "fsdp/sharded.h"
-#include "fsdp/summon_full_params.h"
 #include "fsdp/state_dict.h"
+#include "fsdp/summon_full_params.h"

@@ -1,4 +1,4 @@
-#include "fsdp/checkpoint/checksum.h"
+#include "checkpoint/checksum.h"
 
 #include <c10/util/Exception.h>
 #include <xxhash.h>

@@ -2,6 +2,7 @@
 #include <c10/util/Exception.h>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/index.h"
 #include "checkpoint/output_outside_input.h"
 #include "checkpoint/safetensors_writer.h"
 #include "fsdp/checkpoint/convert.h"

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/index.h"
 #include "checkpoint/output_outside_input.h"
 #include "fsdp/checkpoint/convert.h"
 #include "fsdp/checkpoint/reader.h"

@@ -1,4 +1,4 @@
-#include "fsdp/checkpoint/index.h"
+#include "checkpoint/index.h"
 
 #include <c10/util/Exception.h>
 #include <c10/util/accumulate.h>
@@ -8,7 +8,7 @@
 #include <unordered_set>
 
 #include "checkpoint/atomic_file.h"
-#include "fsdp/checkpoint/checksum.h"
+#include "checkpoint/checksum.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/error_message.h"
 #include "json/json_io.h"

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
-#include "fsdp/checkpoint/checksum.h"
+#include "checkpoint/checksum.h"
 
 namespace fsdp::ckpt::detail {
 

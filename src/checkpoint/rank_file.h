@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/index.h"
 #include "checkpoint/safetensors_writer.h"
-#include "fsdp/checkpoint/index.h"
 
 namespace fsdp::ckpt::detail {
 

@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/checksum.h"
 #include "checkpoint/error_cause.h"
-#include "fsdp/checkpoint/checksum.h"
+#include "checkpoint/index.h"
 
 namespace fsdp::ckpt {
 
@@ -25,9 +26,9 @@ namespace {
 // size and the xxh64 of its safetensors header (the 8-byte length and the
 // JSON after it), and a reader checks both when it opens the file. So a
 // flipped header byte, a damaged length or bytes appended are found by
-// `verify` and refused by a load alike; before, only verify saw appended
-// bytes, and nothing saw a damaged header, though other safetensors readers
-// then misread the file.
+// `verify` and refused by a load alike. The data blocks alone would not show
+// appended bytes or a damaged header, and other safetensors readers misread
+// a file with either.
 std::string rank_file_problem(const InputFile& file, const FileInfo& info) {
   if (file.size() != info.bytes) {
     return c10::str("has ", file.size(), " bytes but the index records ", info.bytes, " (",
@@ -143,6 +144,16 @@ const TensorInfo& Reader::tensor(const std::string& name) const {
 const std::vector<int64_t>& Reader::global_shape(const std::string& name) const { return tensor(name).shape; }
 at::ScalarType Reader::dtype(const std::string& name) const { return tensor(name).dtype; }
 int64_t Reader::numel(const std::string& name) const { return tensor(name).numel(); }
+int64_t Reader::piece_count(const std::string& name) const {
+  return static_cast<int64_t>(tensor(name).pieces.size());
+}
+
+int64_t Reader::step() const { return index_->step; }
+const std::string& Reader::extras_json() const { return index_->extras_json; }
+int Reader::saved_world_size() const { return index_->world_size; }
+int Reader::format_version() const { return index_->format_version; }
+int64_t Reader::file_count() const { return static_cast<int64_t>(index_->files.size()); }
+int64_t Reader::checksum_block_bytes() const { return index_->checksum_block_bytes; }
 
 std::string Reader::file_path(int file) const {
   return (fs::path(dir_) / index_->files.at(static_cast<size_t>(file)).name).string();

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "checkpoint/index.h"
 #include "checkpoint/output_outside_input.h"
 #include "checkpoint/rank_file.h"
 #include "checkpoint/staging.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "fsdp/checkpoint/index.h"
+#include "checkpoint/index.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/error_message.h"
 

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "checkpoint/atomic_file.h"
-#include "fsdp/checkpoint/checksum.h"
+#include "checkpoint/checksum.h"
 #include "json/json_io.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,

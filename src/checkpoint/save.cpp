@@ -9,13 +9,13 @@
 #include <map>
 
 #include "checkpoint/atomic_file.h"
+#include "checkpoint/checksum.h"
 #include "checkpoint/error_cause.h"
+#include "checkpoint/index.h"
 #include "checkpoint/rank_file.h"
 #include "checkpoint/save_hook.h"
 #include "checkpoint/staging.h"
 #include "checkpoint/verdict.h"
-#include "fsdp/checkpoint/checksum.h"
-#include "fsdp/checkpoint/index.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/comm/process_group.h"
 #include "json/json_io.h"

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "checkpoint/atomic_file.h"
-#include "fsdp/checkpoint/index.h"
+#include "checkpoint/index.h"
 
 namespace fsdp::ckpt::detail {
 

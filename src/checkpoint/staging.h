@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "fsdp/checkpoint/index.h"
+#include "checkpoint/index.h"
 
 namespace fsdp::ckpt::detail {
 

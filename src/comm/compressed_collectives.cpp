@@ -24,7 +24,7 @@
 #include <functional>
 #include <mutex>
 
-#include "fsdp/comm/compression.h"
+#include "comm/compression_codec.h"
 
 namespace fsdp {
 namespace {

@@ -11,9 +11,9 @@
 // offset. A non-finite block gets a NaN scale and zero codes ([Note: NaN and
 // Inf on the wire] in compression.h).
 
-#include <ATen/ATen.h>
+#include "comm/compression_codec.h"
 
-#include "fsdp/comm/compression.h"
+#include <ATen/ATen.h>
 
 namespace fsdp {
 namespace {

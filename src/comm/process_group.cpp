@@ -66,7 +66,7 @@ ProcessGroupPtr make_process_group(const c10::intrusive_ptr<c10d::Store>& store,
 }
 
 ProcessGroupPtr init_process_group_from_env(GroupOptions options) {
-  // [Note: a deadline on every rendezvous wait]
+  // See [Note: a deadline on every rendezvous wait] in rendezvous_store.h.
   const JobRendezvous meeting(read_launch_env(), /*problems=*/{}, options.timeout);
   return meeting.create_world(std::move(options));
 }

@@ -126,7 +126,7 @@ void throw_store_stopped_answering(const LaunchEnv& env, const char* doing,
               "up waiting, or died)");
 }
 
-// [Note: a deadline on every rendezvous wait]
+// See [Note: a deadline on every rendezvous wait] in rendezvous_store.h.
 c10::intrusive_ptr<c10d::Store> join_rendezvous(const LaunchEnv& env,
                                                 std::chrono::milliseconds timeout) {
   using Result = c10::intrusive_ptr<c10d::Store>;

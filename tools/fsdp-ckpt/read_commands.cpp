@@ -68,29 +68,32 @@ int verify_run_dir(const std::string& dir) {
 
 int inspect(const std::string& dir) {
   const Reader reader = Reader::open(dir);
-  const auto& index = reader.index();
+  const std::vector<std::string> names = reader.names();
   int64_t total_bytes = 0;
   size_t name_width = 6, shape_width = 5;
-  for (const auto& t : index.tensors) {
-    name_width = std::max(name_width, t.name.size());
-    shape_width = std::max(shape_width, shape_text(t.shape).size());
+  for (const auto& name : names) {
+    name_width = std::max(name_width, name.size());
+    shape_width = std::max(shape_width, shape_text(reader.global_shape(name)).size());
   }
   fmt::print("checkpoint   {}\n", dir);
-  fmt::print("format       libfsdp-checkpoint v{}\n", index.format_version);
-  fmt::print("world size   {}\n", index.world_size);
-  fmt::print("step         {}\n", index.step);
-  fmt::print("extras       {}\n", index.extras_json);
-  fmt::print("files        {} (checksum xxh64, {} blocks)\n\n", index.files.size(),
-             human_bytes(index.checksum_block_bytes));
+  fmt::print("format       libfsdp-checkpoint v{}\n", reader.format_version());
+  fmt::print("world size   {}\n", reader.saved_world_size());
+  fmt::print("step         {}\n", reader.step());
+  fmt::print("extras       {}\n", reader.extras_json());
+  fmt::print("files        {} (checksum xxh64, {} blocks)\n\n", reader.file_count(),
+             human_bytes(reader.checksum_block_bytes()));
   fmt::print("{:<{}}  {:<{}}  {:<5}  {:>12}  {:>6}\n", "tensor", name_width, "shape", shape_width, "dtype",
              "size", "pieces");
-  for (const auto& t : index.tensors) {
-    const int64_t bytes = t.numel() * static_cast<int64_t>(c10::elementSize(t.dtype));
+  for (const auto& name : names) {
+    const at::ScalarType dtype = reader.dtype(name);
+    const int64_t bytes = reader.numel(name) * static_cast<int64_t>(c10::elementSize(dtype));
     total_bytes += bytes;
-    fmt::print("{:<{}}  {:<{}}  {:<5}  {:>12}  {:>6}\n", t.name, name_width, shape_text(t.shape), shape_width,
-               fsdp::ckpt::safetensors::dtype_name(t.dtype), human_bytes(bytes), t.pieces.size());
+    fmt::print("{:<{}}  {:<{}}  {:<5}  {:>12}  {:>6}\n", name, name_width,
+               shape_text(reader.global_shape(name)), shape_width,
+               fsdp::ckpt::safetensors::dtype_name(dtype), human_bytes(bytes),
+               reader.piece_count(name));
   }
-  fmt::print("\n{} tensors, {} of data\n", index.tensors.size(), human_bytes(total_bytes));
+  fmt::print("\n{} tensors, {} of data\n", names.size(), human_bytes(total_bytes));
   return 0;
 }
 

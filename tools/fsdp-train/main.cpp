@@ -114,7 +114,7 @@ bool check_memory(const TrainSetup& setup, int ranks_on_node, std::vector<std::s
     errors.push_back(std::move(e));
     return false;
   }
-  // [Note: the memory check before building the model]
+  // See [Note: the memory check before building the model] in memory_check.h.
   if (!errors.empty()) return true;  // the batch layout it needs may be invalid
   // On a GPU the training state lives in GPU memory, which this host check
   // does not see; the caching allocator's out-of-memory error names it.

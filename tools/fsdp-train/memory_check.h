@@ -2,8 +2,8 @@
 // Refusing, before anything is allocated, a model that cannot fit.
 //
 // [Note: the memory check before building the model]
-// `--layers 99999999` once ran until the machine's memory was gone, and
-// `--width 65536` died later in the allocator. Each rank first builds the
+// Unchecked, `--layers 99999999` runs until the machine's memory is gone, and
+// `--width 65536` dies late, in the allocator. Each rank first builds the
 // full fp32 model (so the initial weights do not depend on the world size),
 // then keeps its shards and trains with sharded gradients and AdamW's two
 // moments. So a rank needs at least the full model's bytes while building

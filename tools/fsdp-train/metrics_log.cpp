@@ -122,7 +122,7 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t resumed_step)
   flush_or_throw(out_, path_);
 }
 
-// [Note: a failed write is an error]
+// See [Note: a failed write is an error] in output_file.h.
 void MetricsLog::append(const StepRecord& record) {
   records_.push_back(record);
   out_ << record.to_json_line() << '\n';

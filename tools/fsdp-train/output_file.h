@@ -2,9 +2,9 @@
 // Writing the run dir's files so that a failure is never silent.
 //
 // [Note: a failed write is an error]
-// With the disk full, metrics.jsonl used to end mid-line while training went
-// on: std::ofstream only sets a flag, and nothing read it. Every write to a
-// run output now checks the stream after flushing and throws naming the file
+// With the disk full, std::ofstream only sets a flag: unread, metrics.jsonl
+// would end mid-line while training went on. So every write to a run output
+// checks the stream after flushing and throws naming the file
 // and the system's reason, so the run stops with that message (rank 0's exit
 // ends the job). The checkpoints written so far stay valid: each is committed
 // atomically (see [Note: checkpoint commit protocol]).

@@ -63,7 +63,7 @@ c10::Device select_training_device(const TrainOptions& o, int local_rank) {
   // check_device let more ranks than GPUs through only for --backend gloo.
   const int gpus = std::max<int>(1, static_cast<int>(torch::cuda::device_count()));
   const c10::Device gpu(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));
-  // [Note: one GPU per rank, chosen by LOCAL_RANK]
+  // See [Note: one GPU per rank, chosen by LOCAL_RANK] in training_device.h.
   c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(gpu);
   return gpu;
 }

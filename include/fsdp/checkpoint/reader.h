@@ -15,9 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "fsdp/checkpoint/index.h"
-
 namespace fsdp::ckpt {
+
+// The parsed index.json: libfsdp's own type (src/checkpoint/index.h). Its
+// layout is not part of the API; Reader's methods answer what it holds.
+struct Index;
+struct TensorInfo;
 
 struct VerifyReport {
   int64_t tensors = 0;
@@ -32,6 +35,7 @@ class Reader {
   static Reader open(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
+  // For libfsdp's own code and tests, which see src/checkpoint/index.h.
   const Index& index() const { return *index_; }
 
   // Tensor names in save order.
@@ -40,12 +44,21 @@ class Reader {
   const std::vector<int64_t>& global_shape(const std::string& name) const;
   at::ScalarType dtype(const std::string& name) const;
   int64_t numel(const std::string& name) const;
+  // How many pieces (contiguous runs of elements, one per saving rank that
+  // held some of it) the tensor was saved in.
+  int64_t piece_count(const std::string& name) const;
 
-  int64_t step() const { return index_->step; }
+  int64_t step() const;
   // The extras the checkpoint was saved with (SaveOptions::extras_json): a
   // JSON object as compact text, "{}" when none were given.
-  const std::string& extras_json() const { return index_->extras_json; }
-  int saved_world_size() const { return index_->world_size; }
+  const std::string& extras_json() const;
+  int saved_world_size() const;
+  // index.json's format version (docs/checkpoint-format.md).
+  int format_version() const;
+  // Rank data files in the checkpoint (one per saving rank).
+  int64_t file_count() const;
+  // Bytes per xxh64 checksum block (SaveOptions::checksum_block_bytes).
+  int64_t checksum_block_bytes() const;
 
   // Elements [flat_begin, flat_begin + numel) of the flattened tensor, as a
   // new 1-D CPU tensor of its dtype. Throws naming the tensor for an unknown

@@ -15,13 +15,15 @@
 #include <string>
 #include <vector>
 
-#include "fsdp/checkpoint/checksum.h"
-
 namespace fsdp {
 class ProcessGroup;
 }
 
 namespace fsdp::ckpt {
+
+// 4 MiB: large enough that hashing is not dominated by per-call overhead,
+// small enough that reading one element verifies at most 4 MiB.
+constexpr int64_t kDefaultChecksumBlockBytes = 4 << 20;
 
 // A contiguous range of one tensor's flattened (C-order) elements held by
 // this rank: elements [flat_begin, flat_begin + data.numel()).
@@ -52,7 +54,8 @@ struct SaveOptions {
   // Replace an existing checkpoint at `dir`. Without it, saving to an
   // existing path fails on every rank before anything is written.
   bool overwrite = false;
-  // Block size of the xxh64 checksums (bytes); see checksum.h.
+  // Block size of the xxh64 checksums (bytes): a read verifies whole blocks.
+  // docs/checkpoint-format.md describes them.
   int64_t checksum_block_bytes = kDefaultChecksumBlockBytes;
 };
 

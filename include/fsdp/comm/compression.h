@@ -51,19 +51,6 @@ struct Compression {
   TORCH_ARG(int64_t, block_size) = 256;
 };
 
-// Bytes `numel` values take on the wire in `compression`'s format (kAsIs:
-// fp32's). Throws c10::Error naming a block size below 1.
-int64_t encoded_bytes(const Compression& compression, int64_t numel);
-
-// `values` (1-D, floating point) into `bytes` (1-D kByte, exactly
-// encoded_bytes(numel)). Not for kAsIs.
-void encode(const Compression& compression, const at::Tensor& values, const at::Tensor& bytes);
-// Overwrites `values` (1-D, any floating dtype) with what `bytes` encodes.
-void decode(const Compression& compression, const at::Tensor& bytes, const at::Tensor& values);
-// Adds what `bytes` encodes to `accumulator` (1-D kFloat or kDouble).
-void decode_add(const Compression& compression, const at::Tensor& bytes,
-                const at::Tensor& accumulator);
-
 // The collectives of ProcessGroup, compressed. Each rank encodes what it
 // sends, including its own part, so every rank decodes identical values.
 // With a kAsIs compression they are the plain collectives.

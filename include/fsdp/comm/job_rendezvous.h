@@ -55,8 +55,6 @@ class JobRendezvous {
   JobRendezvous(JobRendezvous&&) noexcept;
   JobRendezvous& operator=(JobRendezvous&&) noexcept;
 
-  const LaunchEnv& env() const { return env_; }
-
   // The ranks that gave problems, ascending; empty when every rank is ready.
   const std::vector<RankNotReady>& not_ready() const { return not_ready_; }
 

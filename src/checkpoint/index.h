@@ -31,11 +31,11 @@ struct FileInfo {
 // A contiguous range of a tensor's flattened (C-order) elements, stored as a
 // 1-D entry of one file.
 struct PieceInfo {
-  int file = 0;                 // index into Index::files
-  std::string key;              // the safetensors key, "<name>@<flat_begin>"
-  int64_t flat_begin = 0;       // elements [flat_begin, flat_end) of the flattened tensor
+  int file = 0;            // index into Index::files
+  std::string key;         // the safetensors key, "<name>@<flat_begin>"
+  int64_t flat_begin = 0;  // elements [flat_begin, flat_end) of the flattened tensor
   int64_t flat_end = 0;
-  int64_t byte_offset = 0;      // absolute offset of the piece's first byte in the file
+  int64_t byte_offset = 0;                // absolute offset of the piece's first byte in the file
   std::vector<uint64_t> block_checksums;  // xxh64 of each block_bytes block, see checksum.h
 
   int64_t numel() const { return flat_end - flat_begin; }
@@ -43,7 +43,7 @@ struct PieceInfo {
 
 struct TensorInfo {
   std::string name;
-  std::vector<int64_t> shape;   // global shape; [] for a scalar
+  std::vector<int64_t> shape;  // global shape; [] for a scalar
   at::ScalarType dtype = at::kFloat;
   std::vector<PieceInfo> pieces;  // sorted by flat_begin; tile [0, numel) exactly
 

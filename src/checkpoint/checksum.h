@@ -2,6 +2,7 @@
 // Block checksums for checkpoint data: xxHash64 (seed 0) over consecutive
 // fixed-size blocks of a piece's bytes, so a partial read verifies only the
 // blocks it touches. Block i covers piece bytes [i*B, min((i+1)*B, n)).
+// The default block size is SaveOptions' (fsdp/checkpoint/save.h).
 // Hashes are written in the index as 16 lowercase hex digits (JSON numbers
 // lose precision above 2^53 in many readers).
 
@@ -10,10 +11,6 @@
 #include <vector>
 
 namespace fsdp::ckpt {
-
-// 4 MiB: large enough that hashing is not dominated by per-call overhead,
-// small enough that reading one element verifies at most 4 MiB.
-constexpr int64_t kDefaultChecksumBlockBytes = 4 << 20;
 
 uint64_t xxh64(const void* data, int64_t nbytes);
 

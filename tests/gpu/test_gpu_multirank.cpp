@@ -264,8 +264,9 @@ TEST(GpuLaneCheckpoint, SavedOnCudaLoadsAtAnotherWorldSizeAndOnTheCpu) {
     }
   }, gpu_lane());
   GPT alone(config);
-  auto model = fully_shard(alone, FullyShardOptions(make_single_process_group()));
-  ckpt::load_training_state(*make_single_process_group(), dir, *model, nullptr);
+  const ProcessGroupPtr one = make_single_process_group();
+  auto model = fully_shard(alone, FullyShardOptions(one));
+  ckpt::load_training_state(*one, dir, *model, nullptr);
   expect_same(full_state_dict(*model), "1 process on the CPU");
 }
 

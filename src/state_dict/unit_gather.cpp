@@ -43,7 +43,7 @@ void GatherAccounting::output_kept(int64_t bytes) {
 }
 
 at::Device comm_device(const ProcessGroup& group) {
-  return group.options().backend == CommBackend::kNccl ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  return collective_device(group, at::Device(at::kCPU));  // See [Note: a group's device].
 }
 
 at::Tensor gather_unit_flat(const FlatParamGroup& group, const at::Tensor& local,

@@ -54,8 +54,9 @@ step 120 configure cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 grep -E "libfsdp:" "$OUT/configure.log"
 targets=(fsdp-run fsdp-train test_gpu test_gpu_trainer test_gpu_multirank)
-step 240 build cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}" \
-  || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
+# -k 0: a target that fails to compile leaves the others to run.
+step 240 build cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}" -- -k 0 \
+  || grep -E "error" -A3 "$OUT/build.log" | head -40
 
 cd build-gpu
 step 200 ctest-gpu ctest -L gpu -j 4 --output-on-failure --timeout 180

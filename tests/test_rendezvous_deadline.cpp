@@ -4,9 +4,12 @@
 //   - comm::DeadlineStore over a store that never answers, or fails;
 //   - rank 0 stopped (SIGSTOP) at several points between the store's
 //     connection and the world group's creation, with no launcher: every
-//     other rank fails within the timeout, naming what it waited for.
+//     other rank fails within the timeout, naming what it waited for;
+//   - a MASTER_PORT already in use: one message, no raw LibTorch log line.
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -154,6 +157,36 @@ void expect_others_fail_when_rank0_stops_at(const std::string& point) {
 TEST(RendezvousDeadline, RankZeroStoppedBeforeTheGroupExistsFailsEveryOtherRankNamingIt) {
   for (const char* point : {"arrival", "verdict", "group"}) {
     expect_others_fail_when_rank0_stops_at(point);
+  }
+}
+
+// Issue #35, point 4: a port in use fails at once, in one message that does
+// not speak of a timeout, and no raw glog or c10d log line reaches the user.
+TEST(RendezvousDeadline, APortInUseIsOneClearErrorWithNoRawLogLines) {
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(holder, 4), 0);
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  TempDir dir("fsdp-rdv");
+  ChildProcess rank0(dir, kProbe, {"--timeout-ms=30000"}, torchrun_env(0, 2, port));
+  const ChildResult r = rank0.wait(kLimit);
+  ::close(holder);
+  ASSERT_TRUE(r.finished) << r.describe();
+  EXPECT_TRUE(r.exited_with(2)) << r.describe();
+  EXPECT_TRUE(contains(r.out, "could not serve the rendezvous store at MASTER_ADDR:MASTER_PORT = "
+                              "127.0.0.1:" + std::to_string(port)))
+      << r.describe();
+  EXPECT_TRUE(contains(r.out, "choose a free MASTER_PORT")) << r.describe();
+  EXPECT_FALSE(contains(r.out, "within 30000 ms")) << r.describe();
+  for (const char* raw : {"Logging before InitGoogleLogging", "socket.cpp", "[W "}) {
+    EXPECT_FALSE(contains(r.err, raw) || contains(r.out, raw)) << "raw log line: " << raw << "\n"
+                                                               << r.describe();
   }
 }
 

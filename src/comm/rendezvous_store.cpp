@@ -55,6 +55,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env,
   // No libuv in Debian's 2.6. See [Note: the TCPStore server libfsdp asks for].
   compat::use_classic_tcpstore_server(options);
   try {
+    const compat::QuietLibTorchLog quiet;  // See [Note: no raw LibTorch log line while a store connects]
     // See [Note: a deadline on every store call]
     return c10::make_intrusive<DeadlineStore>(
         c10::make_intrusive<c10d::TCPStore>(env.master_addr, options),
@@ -62,10 +63,16 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env,
         "is rank 0 stopped or hung? Check that its process is running, or raise the timeout "
         "(--timeout, FSDP_COMM_TIMEOUT)");
   } catch (const std::exception& e) {
+    // A server fails at once (its port is taken, its address is not local):
+    // no timeout was waited out.
+    TORCH_CHECK(env.rank != 0, "fsdp: rank 0 of ", env.world_size, " (", env.source,
+                " environment) could not serve the rendezvous store at MASTER_ADDR:MASTER_PORT "
+                "= ", where(env), ": ", error_message(e), ". If another process holds port ",
+                env.master_port, ", choose a free MASTER_PORT (fsdp-run --master-port) or end "
+                "that process; MASTER_ADDR must be an address of rank 0's host");
     TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size, " (", env.source,
-                " environment) could not ", env.rank == 0 ? "serve" : "reach",
-                " the rendezvous store at MASTER_ADDR:MASTER_PORT = ", where(env), " within ",
-                timeout.count(), " ms: ", error_message(e));
+                " environment) could not reach the rendezvous store at MASTER_ADDR:MASTER_PORT "
+                "= ", where(env), " within ", timeout.count(), " ms: ", error_message(e));
   }
 }
 

@@ -14,9 +14,11 @@
 //     libuv (Debian's) refuse; see use_classic_tcpstore_server.
 
 #include <c10/core/StorageImpl.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/version.h>
 
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -101,6 +103,46 @@ template <class TCPStoreOptions>
 void use_classic_tcpstore_server(TCPStoreOptions& options) {
   if constexpr (HasUseLibUV<TCPStoreOptions>::value) options.useLibUV = false;
 }
+
+// [Note: no raw LibTorch log line while a store connects]
+// c10d logs while a TCPStore connects: a server's failed bind ("[W
+// socket.cpp:...] The server socket has failed to bind ... Address already
+// in use"), a client's failed attempts. Debian's 1.13 logs through glog,
+// which first prints "WARNING: Logging before InitGoogleLogging() is written
+// to STDERR"; 2.x logs through c10's own logger. Our error says the same and
+// what to do, so while a store connects LibTorch's log threshold is raised to
+// FATAL (glog's minloglevel in 1.13, c10's caffe2_log_level in 2.x), and then
+// restored. The threshold is global: other threads' warnings in that window
+// are dropped too, once per job. Overlapping holders (ranks on threads, in
+// tests) share one saved value.
+class QuietLibTorchLog {
+ public:
+  QuietLibTorchLog() {
+    std::lock_guard<std::mutex> lock(mu());
+    if (holders()++ == 0) {
+      saved() = threshold();
+      threshold() = 3;  // FATAL, in glog and in c10 alike
+    }
+  }
+  ~QuietLibTorchLog() {
+    std::lock_guard<std::mutex> lock(mu());
+    if (--holders() == 0) threshold() = saved();
+  }
+  QuietLibTorchLog(const QuietLibTorchLog&) = delete;
+  QuietLibTorchLog& operator=(const QuietLibTorchLog&) = delete;
+
+ private:
+  static int& threshold() {
+#ifdef C10_USE_GLOG
+    return FLAGS_minloglevel;
+#else
+    return FLAGS_caffe2_log_level;
+#endif
+  }
+  static std::mutex& mu() { static std::mutex m; return m; }
+  static int& holders() { static int n = 0; return n; }
+  static int& saved() { static int value = 0; return value; }
+};
 
 #if defined(FSDP_WITH_NCCL)
 // LibTorch >= 2.4 warns at exit unless a ProcessGroupNCCL is shut down

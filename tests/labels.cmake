@@ -7,3 +7,5 @@ set_tests_properties(Multihost.TwoHostNamespaces PROPERTIES LABELS "root;netns")
 set_tests_properties(Multihost.MpirunLaunch PROPERTIES LABELS "mpirun")
 set_tests_properties(Launcher.WorkerStoppedLongerThanTheTimeoutIsNamedAndTheJobEnds
                      Launcher.WorkerContinuedInTimeIsLeftAlone PROPERTIES LABELS "signals")
+set_tests_properties(RendezvousDeadline.RankZeroStoppedBeforeTheGroupExistsFailsEveryOtherRankNamingIt
+                     PROPERTIES LABELS "signals")

@@ -10,6 +10,8 @@
 //   c10::Allocator: 2.3+ made allocate() non-const and added a pure virtual
 //     copy_data(); see FSDP_ALLOCATOR_2_3.
 //   at::_foreach_mul_ by a tensor: 2.1+; see FSDP_HAS_FOREACH_MUL_TENSOR.
+//   c10d::Store::clone(): pure virtual in recent releases; see
+//     [Note: a store that clones itself].
 //   TCPStore server: 2.4+ defaults to the libuv server, which builds without
 //     libuv (Debian's) refuse; see use_classic_tcpstore_server.
 
@@ -48,6 +50,31 @@
 #endif
 
 namespace fsdp::compat {
+
+// [Note: a store that clones itself]
+// Recent LibTorch made c10d::Store::clone() (a thread-safe copy over the same
+// underlying store) pure virtual; 1.13 and 2.6 have none. A store of ours
+// derives from CloneableStore<Self>, which overrides clone() where the base
+// declares it, calling Self::clone_store(), and adds nothing where it does
+// not. Detected, not versioned: the release that added it is not ours to know.
+template <class S, class = void>
+struct StoreDeclaresClone : std::false_type {};
+template <class S>
+struct StoreDeclaresClone<S, std::void_t<decltype(std::declval<S&>().clone())>> : std::true_type {};
+
+template <class Self, bool = StoreDeclaresClone<c10d::Store>::value>
+class CloneableStore : public c10d::Store {
+ public:
+  using c10d::Store::Store;
+};
+
+template <class Self>
+class CloneableStore<Self, true> : public c10d::Store {
+ public:
+  using c10d::Store::Store;
+  c10::intrusive_ptr<c10d::Store> clone() override { return static_cast<Self*>(this)->clone_store(); }
+};
+
 
 #if TORCH_VERSION_MAJOR >= 2
 using C10dBackend = c10d::Backend;

@@ -27,7 +27,7 @@ std::chrono::milliseconds bound_or(std::chrono::milliseconds wanted,
 
 DeadlineStore::DeadlineStore(c10::intrusive_ptr<c10d::Store> inner, std::string server,
                              std::string hint)
-    : c10d::Store(inner->getTimeout()),
+    : CloneableStore(inner->getTimeout()),
       inner_(std::move(inner)),
       server_(std::move(server)),
       hint_(std::move(hint)) {}

@@ -35,6 +35,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "compat.h"
+
 namespace fsdp::comm {
 
 // Runs `call` (which must own what it uses: it may outlive this function) on
@@ -59,7 +61,7 @@ class StoreNotAnswering : public c10::Error {
   using c10::Error::Error;
 };
 
-class DeadlineStore final : public c10d::Store {
+class DeadlineStore final : public compat::CloneableStore<DeadlineStore> {
  public:
   // `server` names who serves `inner` in errors, e.g. "the rendezvous store
   // at 10.0.0.1:29500 (rank 0 serves it)"; `hint` says what to check, e.g.
@@ -77,6 +79,13 @@ class DeadlineStore final : public c10d::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
   void setTimeout(const std::chrono::milliseconds& timeout) override;
+  // Where c10d::Store has clone(): the same deadlines over the inner store's
+  // clone. A template, so that it is compiled only where CloneableStore
+  // calls it. See [Note: a store that clones itself] in compat.h.
+  template <class Inner = c10d::Store>
+  c10::intrusive_ptr<c10d::Store> clone_store() {
+    return c10::make_intrusive<DeadlineStore>(static_cast<Inner&>(*inner_).clone(), server_, hint_);
+  }
 
  private:
   // Runs `call(*inner_)` within `bound` plus a second, as the Note says.

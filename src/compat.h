@@ -14,6 +14,12 @@
 //     [Note: a store that clones itself].
 //   TCPStore server: 2.4+ defaults to the libuv server, which builds without
 //     libuv (Debian's) refuse; see use_classic_tcpstore_server.
+//   fused AdamW: at::_fused_adamw_ has had a CPU kernel, beside the CUDA
+//     one, since 2.4; fsdp::FusedAdamW uses it from 2.4 (FSDP_FUSED_ADAMW),
+//     so that one build serves both devices.
+//   scaled_dot_product_attention: 2.0+. Only the demo GPT in models/ uses
+//     it, and models/ sees libfsdp's public headers only, so that one test
+//     lives in models/torch_features.h.
 
 #include <c10/core/StorageImpl.h>
 #include <c10/util/Logging.h>
@@ -47,6 +53,13 @@
 #define FSDP_HAS_FOREACH_MUL_TENSOR 1
 #else
 #define FSDP_HAS_FOREACH_MUL_TENSOR 0
+#endif
+
+// at::_fused_adamw_ on CPU and CUDA: 2.4+ (fsdp::FusedAdamW's step).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define FSDP_FUSED_ADAMW 1
+#else
+#define FSDP_FUSED_ADAMW 0
 #endif
 
 namespace fsdp::compat {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "checkpoint/error_cause.h"
+#include "checkpoint/index.h"
 #include "checkpoint/verdict.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/strict_check.h"

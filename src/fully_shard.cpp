@@ -29,14 +29,15 @@ ProcessGroupPtr make_self_group(const ProcessGroup& world) {
 detail::UnitGroups groups_for(const FullyShardOptions& options, const ProcessGroupPtr& world) {
   switch (detail::traits_of(options.strategy()).reduction) {
     case detail::GradientReduction::kReduceScatter:
-      return {world, world, nullptr};
+      return {world, world, nullptr, nullptr};
     case detail::GradientReduction::kAllReduce: {
       ProcessGroupPtr self = make_self_group(*world);
-      return {self, self, world->size() > 1 ? world : nullptr};
+      return {self, self, world->size() > 1 ? world : nullptr, nullptr};
     }
     case detail::GradientReduction::kReduceScatterThenAllReduce: {
       const auto& mesh = *options.mesh();
-      return {mesh.shard, mesh.shard, mesh.replicate->size() > 1 ? mesh.replicate : nullptr};
+      return {mesh.shard, mesh.shard, mesh.replicate->size() > 1 ? mesh.replicate : nullptr,
+              nullptr};
     }
   }
   TORCH_INTERNAL_ASSERT(false, "unknown gradient reduction");

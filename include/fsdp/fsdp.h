@@ -15,6 +15,7 @@
 //   fsdp/summon_full_params.h  full parameters outside training (scoped guard)
 //   fsdp/deferred_init.h       defer_init: models too big for one rank
 //   fsdp/introspection.h       shard placement and memory accounting
+//   fsdp/shard_size.h          the shard-padding arithmetic (pure)
 //   fsdp/hook_timer.h          wall time inside the hooks (profiling the framework)
 //   fsdp/state_dict.h          full and sharded model state dicts, loading
 //   fsdp/error_message.h       an error's message without its C++ backtrace
@@ -48,6 +49,7 @@
 #include "fsdp/introspection.h"
 #include "fsdp/optim_state_dict.h"
 #include "fsdp/options.h"
+#include "fsdp/shard_size.h"
 #include "fsdp/sharded.h"
 #include "fsdp/state_dict.h"
 #include "fsdp/summon_full_params.h"

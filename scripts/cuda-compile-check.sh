@@ -47,7 +47,6 @@ headers=${FSDP_CUDA_HEADERS:-/var/lib/libfsdp/cuda-headers}
 root=${FSDP_LIBTORCH2_ROOT:-/var/lib/libfsdp/trixie-root}
 jobs=${JOBS:-2}
 filter=${1:-}
-mirror=http://deb.debian.org/debian
 packages=(nvidia-cuda-dev libnccl-dev libcu++-dev)
 marker=.libfsdp-headers-complete
 in_root_include=/opt/libfsdp-cuda-include  # where the root sees $headers/usr/include
@@ -56,6 +55,9 @@ start=$(date +%s)
 
 tmp=  # fetch_headers' download directory (1 GB), removed on exit
 trap '[[ -z $tmp ]] || rm -rf "$tmp"' EXIT
+
+# shellcheck source=scripts/apt-mirror.sh
+source scripts/apt-mirror.sh
 
 log() { echo "cuda-compile-check: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -68,6 +70,8 @@ fi
 # --- the headers -----------------------------------------------------------
 
 fetch_headers() {
+  local mirror
+  mirror=$(debian_mirror) || die "cannot download the CUDA headers without a Debian mirror"
   tmp=$(mktemp -d /var/tmp/libfsdp-cuda-apt.XXXXXX)
   mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs"
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie main contrib non-free" \

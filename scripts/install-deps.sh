@@ -11,7 +11,7 @@ packages=(
   libtorch-dev libgloo-dev        # LibTorch 1.13.1 with c10d/Gloo headers
   libopenblas0-openmp             # 30x faster matmul than Debian's reference BLAS
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev
+  libcli11-dev libfmt-dev libxxhash-dev
   rapidjson-dev                   # the library's JSON (src/json/json_io.h)
   gnuplot-nox fortunes            # the demo's plot and default corpus
   openmpi-bin libopenmpi-dev      # the mpirun launch test

@@ -30,10 +30,13 @@ marker=.libfsdp-root-complete
 base_packages=(libtorch-dev libgloo-dev g++ cmake make ccache)
 # Then apt-get install: what the tests and tools use (as scripts/install-deps.sh).
 extra_packages=(
-  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   libfmt-dev libxxhash-dev rapidjson-dev libopenblas0-openmp fortunes gnuplot-nox
   openmpi-bin libopenmpi-dev iproute2 python3-torch
 )
+
+# shellcheck source=scripts/apt-mirror.sh
+source "$src/scripts/apt-mirror.sh"
 
 log() { echo "libtorch2-root: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -105,15 +108,6 @@ unmount these first (umount -R)"
 
 # --- the root --------------------------------------------------------------
 
-mirror() {
-  local uri
-  uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  if [[ -z "$uri" ]]; then
-    uri=$(awk '$1 == "deb" && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-  fi
-  echo "${uri:-http://deb.debian.org/debian}"
-}
-
 missing_packages() {  # the packages not installed in the root
   local p status
   for p in "${base_packages[@]}" "${extra_packages[@]}"; do
@@ -165,7 +159,7 @@ make_root() {
         { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }
     fi
     local url
-    url=$(mirror)
+    url=$(debian_mirror) || die "cannot debootstrap without a Debian mirror"
     log "debootstrap $suite into $root from $url (about 5 minutes)"
     mkdir -p "$(dirname "$root")"
     local include

@@ -9,6 +9,7 @@
 //     both versions expose (set_data_ptr_noswap + set_nbytes).
 //   c10::Allocator: 2.3+ made allocate() non-const and added a pure virtual
 //     copy_data(); see FSDP_ALLOCATOR_2_3.
+//   at::_foreach_mul_ by a tensor: 2.1+; see FSDP_HAS_FOREACH_MUL_TENSOR.
 //   TCPStore server: 2.4+ defaults to the libuv server, which builds without
 //     libuv (Debian's) refuse; see use_classic_tcpstore_server.
 
@@ -34,6 +35,14 @@
 #define FSDP_ALLOCATOR_2_3 1
 #else
 #define FSDP_ALLOCATOR_2_3 0
+#endif
+
+// at::_foreach_mul_(TensorList, const Tensor&): 2.1+ (clip_grad.cpp scales
+// every gradient by a device-side coefficient in one multi-tensor kernel).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define FSDP_HAS_FOREACH_MUL_TENSOR 1
+#else
+#define FSDP_HAS_FOREACH_MUL_TENSOR 0
 #endif
 
 namespace fsdp::compat {

@@ -115,7 +115,7 @@ class Materializer {
       }
       bytes += static_cast<int64_t>(param.nbytes());
     }
-    state_.init_bytes().add(bytes);
+    state_.counters()->init_bytes.add(bytes);
     const std::string& shown = display_name(path);
     if (options_.param_init_fn()) {
       options_.param_init_fn()(module);
@@ -142,7 +142,7 @@ class Materializer {
       const auto it = slots_.find(param.unsafeGetTensorImpl());
       if (it != slots_.end()) it->second.group->expose_shards();
     }
-    state_.init_bytes().sub(bytes);
+    state_.counters()->init_bytes.sub(bytes);
   }
 
   RootState& state_;

@@ -12,7 +12,7 @@ namespace fsdp::detail {
 at::Tensor FlatParamGroup::gather_full_flat() const {
   const at::Device device = gathered_flat_.defined() ? gathered_flat_.device() : sharded_flat_.device();
   at::Tensor local = sharded_flat_.to(device);
-  if (aliased_ || groups_.shard->size() == 1) return local.clone();
+  if (!plan_.shards_across_ranks) return local.clone();
   at::Tensor full = at::empty({layout_.padded_numel()}, local.options());
   groups_.shard->all_gather(full, local)->wait();
   return full;

@@ -1,6 +1,4 @@
-// FlatParamGroup, continued: the gradient side. Moving sharded gradients
-// aside for backward, reducing the full gradients autograd produced, and
-// installing each rank's reduced shard as the parameters' .grad().
+#include "flat_param_grads.h"
 
 #include <c10/util/Exception.h>
 
@@ -31,10 +29,12 @@ const char* to_string(GradState state) {
   return "?";
 }
 
-// Every GradState change goes through here; see [Note: the states of a
-// FlatParamGroup] for the table.
-void FlatParamGroup::set_grad_state(GradState next) {
-  const GradState now = grad_state_;
+FlatParamGrads::FlatParamGrads(const FlatParamGroup& group) : group_(group) {}
+
+// Every GradState change goes through here; see [Note: the gradient states]
+// for the table.
+void FlatParamGrads::set_state(GradState next) {
+  const GradState now = state_;
   bool allowed = false;
   switch (next) {
     case GradState::kSharded: allowed = now == GradState::kReducing || now == GradState::kStashed; break;
@@ -44,17 +44,18 @@ void FlatParamGroup::set_grad_state(GradState next) {
   }
   TORCH_INTERNAL_ASSERT(allowed, "unit gradients cannot go from ", to_string(now), " to ",
                         to_string(next));
-  grad_state_ = next;
+  state_ = next;
 }
 
-void FlatParamGroup::keep_unsharded_grads() { set_grad_state(GradState::kUnsynced); }
+void FlatParamGrads::keep_unsharded_grads() { set_state(GradState::kUnsynced); }
 
-void FlatParamGroup::stash_sharded_grads() {
-  if (aliased_ || grad_state_ != GradState::kSharded) return;
-  set_grad_state(GradState::kStashed);
-  stashed_grads_.resize(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor& grad = params_[i].mutable_grad();
+void FlatParamGrads::stash_sharded_grads() {
+  if (group_.is_aliased() || state_ != GradState::kSharded) return;
+  set_state(GradState::kStashed);
+  const auto& params = group_.params();
+  stashed_grads_.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor& grad = params[i].mutable_grad();
     stashed_grads_[i] = std::move(grad);
     grad = at::Tensor();
   }
@@ -72,19 +73,21 @@ void FlatParamGroup::stash_sharded_grads() {
 // some parameters accumulate and others do not.
 // A parameter whose range spans two rows of the input (at most world - 1 of
 // them per unit) is copied piece by piece.
-void FlatParamGroup::make_reduce_buffers() {
-  const int world = groups_.shard->size();
-  const int64_t shard = layout_.shard_numel();
-  const int64_t nparams = layout_.num_params();
-  const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_[0].device();
+void FlatParamGrads::make_reduce_buffers() {
+  const ShardLayout& layout = group_.layout();
+  const int world = group_.groups().shard->size();
+  const int64_t shard = layout.shard_numel();
+  const int64_t nparams = layout.num_params();
+  const auto& params = group_.params();
+  const at::Device device = params.empty() ? at::Device(at::kCPU) : params[0].device();
   reduce_input_ = at::empty({world, shard + nparams},
-                            at::TensorOptions().dtype(config_.reduce_dtype).device(device));
+                            at::TensorOptions().dtype(group_.config().reduce_dtype).device(device));
   for (int64_t i = 0; i < nparams; ++i) {
-    const auto& slot = layout_.slot(i);
+    const auto& slot = layout.slot(i);
     const int64_t row = slot.offset / shard;
     const bool one_row = slot.numel == 0 || (slot.offset + slot.numel - 1) / shard == row;
     reduce_input_views_.push_back(
-        one_row ? reduce_input_[row].narrow(0, slot.offset % shard, slot.numel).view(shapes_[i])
+        one_row ? reduce_input_[row].narrow(0, slot.offset % shard, slot.numel).view(group_.shapes()[i])
                 : at::Tensor());
   }
   reduce_flags_ = reduce_input_.narrow(1, shard, nparams);
@@ -92,18 +95,36 @@ void FlatParamGroup::make_reduce_buffers() {
   device_flags_ = at::empty({1, nparams}, reduce_input_.options());
   device_flags_rows_ = device_flags_.expand({world, nparams});  // made once: no view per step
   device_flags_values_.clear();  // nothing copied yet
+  free_reduce_input();
+}
+
+void FlatParamGrads::free_reduce_input() {
   compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
 }
 
-void FlatParamGroup::scatter_grad_into(int64_t param, const at::Tensor& grad) const {
+// The sharded gradients, made at the first finished reduction: one flat
+// buffer shaped like the local shard, and per parameter a plain alias with
+// the geometry of its sharded view.
+void FlatParamGrads::make_sharded_grad() {
+  sharded_grad_ = at::zeros_like(group_.sharded_flat());
+  for (int64_t i = 0; i < group_.layout().num_params(); ++i) {
+    const auto slice = group_.local_slice(i);
+    at::Tensor view = sharded_grad_.narrow(0, slice.shard_offset, slice.numel);
+    // Aliased units' sharded views are the full-shaped parameters.
+    if (group_.is_aliased()) view = view.view(group_.shapes()[static_cast<size_t>(i)]);
+    sharded_grad_views_.push_back(plain_alias(sharded_grad_, view));
+  }
+}
+
+void FlatParamGrads::scatter_grad_into(int64_t param, const at::Tensor& grad) const {
   const at::Tensor& destination = reduce_input_views_[static_cast<size_t>(param)];
   if (destination.defined()) {
     destination.copy_(grad);
     return;
   }
   // Each row of the input is what one rank receives; this range straddles rows.
-  const auto& slot = layout_.slot(param);
-  const int64_t shard = layout_.shard_numel();
+  const auto& slot = group_.layout().slot(param);
+  const int64_t shard = group_.layout().shard_numel();
   at::Tensor flat = grad.reshape(-1);
   int64_t pos = slot.offset;
   int64_t src = 0;
@@ -130,7 +151,7 @@ void FlatParamGroup::scatter_grad_into(int64_t param, const at::Tensor& grad) co
 // waits for the compute stream. So the flags stay on the device and are
 // copied again only when they change: never for a unit whose parameters are
 // all used, or whose frozen ones stay frozen.
-void FlatParamGroup::write_used_flags() {
+void FlatParamGrads::write_used_flags() {
   if (used_flags_ != device_flags_values_) {
     device_flags_.copy_(at::from_blob(used_flags_.data(), device_flags_.sizes(), at::kFloat));
     device_flags_values_ = used_flags_;
@@ -139,122 +160,132 @@ void FlatParamGroup::write_used_flags() {
   reduce_flags_.copy_(device_flags_rows_);
 }
 
-void FlatParamGroup::reduce_grads_async() {
-  set_grad_state(GradState::kReducing);
-  const int world = groups_.shard->size();
-  const int64_t nparams = layout_.num_params();
+void FlatParamGrads::reduce_grads_async() {
+  set_state(GradState::kReducing);
+  const auto& params = group_.params();
+  const int64_t nparams = group_.layout().num_params();
   at::NoGradGuard no_grad;
   if (!reduce_input_.defined()) make_reduce_buffers();
   compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), reduce_input_.nbytes());
   reduce_input_.zero_();
-  PendingReduction& pending = pending_reduce_;
-  pending.every_param_used_locally = true;
+  pending_.every_param_used_locally = true;
   for (int64_t i = 0; i < nparams; ++i) {
-    at::Tensor& grad = params_[i].mutable_grad();
+    at::Tensor& grad = params[i].mutable_grad();
     used_flags_[static_cast<size_t>(i)] = grad.defined() ? 1.f : 0.f;
     if (!grad.defined()) {
-      pending.every_param_used_locally &= !params_[i].requires_grad();
+      pending_.every_param_used_locally &= !params[i].requires_grad();
       continue;
     }
     scatter_grad_into(i, grad);
     // The full gradient is no longer needed: aliased parameters get the
     // reduced value written back in place, sharded ones get their shard.
-    if (!aliased_) grad = at::Tensor();
+    if (!group_.is_aliased()) grad = at::Tensor();
   }
   if (nparams > 0) write_used_flags();
-  if (world > 1) {
-    pending.output = at::empty({reduce_input_.size(1)}, reduce_input_.options());
+  start_collective();
+}
+
+// Issues the reduction of the filled input. With one rank in the shard
+// group there is nothing to scatter: the input is the output, and only
+// replicas (if any) all-reduce it.
+void FlatParamGrads::start_collective() {
+  const UnitGroups& groups = group_.groups();
+  const int64_t nparams = group_.layout().num_params();
+  if (group_.plan().shards_across_ranks) {
+    pending_.output = at::empty({reduce_input_.size(1)}, reduce_input_.options());
     // The used-parameter flags, each row's last nparams, travel exactly.
-    pending.work = compressed_reduce_scatter(*groups_.reduce_scatter, pending.output,
-                                             reduce_input_.view(-1), config_.compression.grads(),
-                                             /*exact_tail=*/nparams);
+    pending_.work = compressed_reduce_scatter(*groups.reduce_scatter, pending_.output,
+                                              reduce_input_.view(-1),
+                                              group_.config().compression.grads(),
+                                              /*exact_tail=*/nparams);
   } else {
-    pending.output = reduce_input_.view(-1);
-    if (groups_.replicate) pending.work = all_reduce_across_replicas(pending.output);
+    pending_.output = reduce_input_.view(-1);
+    if (group_.plan().replicates) pending_.work = all_reduce_across_replicas(pending_.output);
   }
 }
 
-void FlatParamGroup::finish_grad_reduction() {
-  if (grad_state_ == GradState::kStashed) {
-    restore_stashed_grads();  // nothing was reduced this step (a frozen unit)
-    return;
-  }
-  // kSharded: nothing happened; kUnsynced: a no-sync backward keeps
-  // accumulating full gradients.
-  if (grad_state_ != GradState::kReducing) return;
-  const int64_t shard = layout_.shard_numel();
-  const int64_t nparams = layout_.num_params();
+void FlatParamGrads::finish_reduction() {
+  TORCH_INTERNAL_ASSERT(state_ == GradState::kReducing, "no gradient reduction to finish; the state is ",
+                        to_string(state_));
+  const int64_t shard = group_.layout().shard_numel();
+  const int64_t nparams = group_.layout().num_params();
   at::NoGradGuard no_grad;
   at::Tensor reduced = wait_for_reduced_shard();
-  if (!sharded_grad_.defined()) {
-    sharded_grad_ = at::zeros_like(sharded_flat_);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      sharded_grad_views_.push_back(plain_alias(sharded_grad_, sharded_views_[i]));
-    }
-  }
-  if (!install_reduced_grads_flat(reduced, pending_reduce_.every_param_used_locally)) {
-    at::Tensor users = pending_reduce_.output.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
+  if (!sharded_grad_.defined()) make_sharded_grad();
+  if (!install_reduced_grads_flat(reduced, pending_.every_param_used_locally)) {
+    at::Tensor users = pending_.output.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
     ++flag_transfers_;
     install_reduced_grads_per_param(reduced, users.data_ptr<float>());
   }
   stashed_grads_.clear();
-  pending_reduce_ = PendingReduction();
-  compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
-  set_grad_state(GradState::kSharded);
+  pending_ = PendingReduction();
+  free_reduce_input();
+  set_state(GradState::kSharded);
 }
 
-void FlatParamGroup::abandon_grad_step() {
-  if (grad_state_ == GradState::kReducing) {
-    if (pending_reduce_.work) {
-      WorkPtr work = std::move(pending_reduce_.work);
+void FlatParamGrads::end_backward() {
+  // Only GradReductionQueue finishes reductions, before this runs.
+  TORCH_INTERNAL_ASSERT(state_ != GradState::kReducing, "a gradient reduction is still in flight");
+  // kSharded: nothing happened; kUnsynced: a no-sync backward keeps
+  // accumulating full gradients.
+  if (state_ != GradState::kStashed) return;
+  // Nothing was reduced this step (a frozen unit): the stash comes back untouched.
+  const auto& params = group_.params();
+  for (size_t i = 0; i < stashed_grads_.size(); ++i) {
+    if (stashed_grads_[i].defined()) params[i].mutable_grad() = std::move(stashed_grads_[i]);
+  }
+  stashed_grads_.clear();
+  set_state(GradState::kSharded);
+}
+
+void FlatParamGrads::abandon_step() {
+  if (state_ == GradState::kReducing) {
+    if (pending_.work) {
+      WorkPtr work = std::move(pending_.work);
       work->wait();  // the collective writes into buffers about to be freed
     }
-    pending_reduce_ = PendingReduction();
-    compat::resize_storage_bytes(reduce_input_.storage().unsafeGetStorageImpl(), 0);
+    pending_ = PendingReduction();
+    free_reduce_input();
   }
-  if (grad_state_ != GradState::kReducing && grad_state_ != GradState::kStashed) return;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (aliased_) break;  // no stash: autograd wrote the gradients in place
-    params_[i].mutable_grad() = i < stashed_grads_.size() ? std::move(stashed_grads_[i]) : at::Tensor();
-  }
-  stashed_grads_.clear();
-  set_grad_state(GradState::kSharded);
-}
-
-// Gives back the stashed sharded gradients untouched.
-void FlatParamGroup::restore_stashed_grads() {
-  for (size_t i = 0; i < stashed_grads_.size(); ++i) {
-    if (stashed_grads_[i].defined()) params_[i].mutable_grad() = std::move(stashed_grads_[i]);
+  if (state_ != GradState::kReducing && state_ != GradState::kStashed) return;
+  const auto& params = group_.params();
+  // Aliased units have no stash: autograd wrote the gradients in place.
+  for (size_t i = 0; i < params.size() && !group_.is_aliased(); ++i) {
+    params[i].mutable_grad() = i < stashed_grads_.size() ? std::move(stashed_grads_[i]) : at::Tensor();
   }
   stashed_grads_.clear();
-  set_grad_state(GradState::kSharded);
+  set_state(GradState::kSharded);
 }
 
 // Sums `reduced` (the shard and the used-parameter flags after them) across
 // the replicas, compressed as the options say; the flags travel exactly.
-WorkPtr FlatParamGroup::all_reduce_across_replicas(const at::Tensor& reduced) const {
-  return compressed_all_reduce(*groups_.replicate, reduced, config_.compression.replicate_grads(),
-                               /*exact_tail=*/layout_.num_params());
+WorkPtr FlatParamGrads::all_reduce_across_replicas(const at::Tensor& reduced) const {
+  return compressed_all_reduce(*group_.groups().replicate, reduced,
+                               group_.config().compression.replicate_grads(),
+                               /*exact_tail=*/group_.layout().num_params());
 }
 
 // Waits for the reduction and returns this rank's averaged shard of it, on
 // the shards' device.
-at::Tensor FlatParamGroup::wait_for_reduced_shard() {
-  const int world = groups_.shard->size();
-  if (pending_reduce_.work) {
-    WorkPtr work = std::move(pending_reduce_.work);
+at::Tensor FlatParamGrads::wait_for_reduced_shard() {
+  const UnitPlan& plan = group_.plan();
+  if (pending_.work) {
+    WorkPtr work = std::move(pending_.work);
     work->wait();
   }
-  int64_t divisor = world;
-  if (groups_.replicate) {
+  int64_t divisor = group_.groups().shard->size();
+  if (plan.replicates) {
     // Hybrid: after the shard group's reduce-scatter, replicas all-reduce.
-    if (world > 1) all_reduce_across_replicas(pending_reduce_.output)->wait();
-    divisor *= groups_.replicate->size();
+    if (plan.shards_across_ranks) all_reduce_across_replicas(pending_.output)->wait();
+    divisor *= group_.groups().replicate->size();
   }
-  at::Tensor reduced = pending_reduce_.output.narrow(0, 0, layout_.shard_numel());
+  at::Tensor reduced = pending_.output.narrow(0, 0, group_.layout().shard_numel());
   if (divisor > 1) reduced.div_(divisor);
   // Offload: one copy of the reduced shard to the host per unit.
-  if (offload_) reduced = reduced.to(sharded_flat_.device(), /*non_blocking=*/false, /*copy=*/true);
+  const at::Tensor& shard = group_.sharded_flat();
+  if (group_.config().offload_to_cpu) {
+    reduced = reduced.to(shard.device(), /*non_blocking=*/false, /*copy=*/true);
+  }
   return reduced;
 }
 
@@ -265,14 +296,15 @@ at::Tensor FlatParamGroup::wait_for_reduced_shard() {
 // from no gradient, or every one accumulates onto the view this unit gave it
 // last time. Returns false, having changed nothing, when the step needs the
 // per-parameter path.
-bool FlatParamGroup::install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used) {
+bool FlatParamGrads::install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used) {
   if (!every_param_used) return false;
+  const auto& params = group_.params();
   bool accumulate = false;
-  if (!aliased_) {
+  if (!group_.is_aliased()) {
     bool all_fresh = true;
     bool all_onto_own = true;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (!params_[i].requires_grad()) continue;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!params[i].requires_grad()) continue;
       // Pointer compares only: no tensor is copied per parameter here.
       const c10::TensorImpl* previous =
           stashed_grads_.empty() || !stashed_grads_[i].defined() ? nullptr
@@ -289,21 +321,22 @@ bool FlatParamGroup::install_reduced_grads_flat(const at::Tensor& reduced, bool 
   } else {
     sharded_grad_.copy_(reduced);
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].requires_grad()) params_[i].mutable_grad() = sharded_grad_views_[i];
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].requires_grad()) params[i].mutable_grad() = sharded_grad_views_[i];
   }
   return true;
 }
 
-void FlatParamGroup::install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count) {
-  for (int64_t i = 0; i < layout_.num_params(); ++i) {
-    at::Tensor& param = params_[i];
+void FlatParamGrads::install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count) {
+  const auto& params = group_.params();
+  for (int64_t i = 0; i < group_.layout().num_params(); ++i) {
+    const at::Tensor& param = params[i];
     if (!param.requires_grad()) continue;
     const bool used = user_count[i] > 0.f;
-    const auto slice = local_slice(i);
+    const auto slice = group_.local_slice(i);
     at::Tensor fresh = reduced.narrow(0, slice.shard_offset, slice.numel).view(sharded_grad_views_[i].sizes());
     at::Tensor& grad = param.mutable_grad();
-    if (aliased_) {
+    if (group_.is_aliased()) {
       // The parameter's gradient already held everything accumulated so far
       // (identical on every rank before this backward), so the average of
       // the sums is the old value plus the average of the new parts.
@@ -323,6 +356,17 @@ void FlatParamGroup::install_reduced_grads_per_param(const at::Tensor& reduced, 
       grad = at::Tensor();
     }
   }
+}
+
+int64_t FlatParamGrads::sharded_grad_bytes() const {
+  return sharded_grad_.defined() ? static_cast<int64_t>(sharded_grad_.nbytes()) : 0;
+}
+
+int64_t FlatParamGrads::reduce_buffer_bytes() const {
+  const int64_t world = group_.groups().shard->size();
+  const int64_t row = group_.layout().shard_numel() + group_.layout().num_params();
+  const int64_t rows = group_.plan().shards_across_ranks ? world + 1 : 1;
+  return rows * row * static_cast<int64_t>(c10::elementSize(group_.config().reduce_dtype));
 }
 
 }  // namespace fsdp::detail

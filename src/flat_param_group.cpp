@@ -28,20 +28,20 @@ const char* to_string(ParamState state) {
 }
 
 FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::string> names,
-                               UnitGroups groups, FlatParamConfig config,
-                               MemoryCounter* gathered_bytes, LiveGatherCount* live_gathers)
+                               UnitGroups groups, FlatParamConfig config, UnitPlan plan,
+                               std::shared_ptr<ModelCounters> counters)
     : params_(std::move(params)),
       names_(std::move(names)),
       groups_(std::move(groups)),
       config_(config),
-      gathered_bytes_counter_(gathered_bytes),
-      live_gathers_(live_gathers) {
+      plan_(plan),
+      counters_(std::move(counters)) {
   TORCH_INTERNAL_ASSERT(groups_.shard, "a unit needs a shard group");
   TORCH_INTERNAL_ASSERT(groups_.reduce_scatter &&
                             groups_.reduce_scatter->global_ranks() == groups_.shard->global_ranks(),
                         "the reduce-scatter group must hold the shard group's ranks");
   TORCH_INTERNAL_ASSERT(params_.size() == names_.size());
-  TORCH_INTERNAL_ASSERT(gathered_bytes_counter_ && live_gathers_);
+  TORCH_INTERNAL_ASSERT(counters_);
   const at::ScalarType dtype = params_.empty() ? at::kFloat : params_[0].scalar_type();
   const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_[0].device();
   check_params(dtype, device);
@@ -51,13 +51,14 @@ FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::
     numels.push_back(p.numel());
   }
   layout_ = ShardLayout(numels, groups_.shard->size());
+  TORCH_INTERNAL_ASSERT(!groups_.post_forward ||
+                        layout_.padded_numel() % groups_.post_forward->size() == 0);
   // Offloading keeps the shards in host memory and copies them to the
   // compute device for every gather. On a CPU-only machine the copy is
   // host-to-host, but the code path is the one CUDA runs.
   offload_ = config_.offload_to_cpu;
-  aliased_ = groups_.shard->size() == 1 && config_.compute_dtype == dtype && !offload_;
   at::NoGradGuard no_grad;
-  if (aliased_) {
+  if (plan_.aliased) {
     make_aliased_storage(shard_options(dtype, device));
   } else {
     make_sharded_storage(shard_options(dtype, device), device);
@@ -125,7 +126,7 @@ void FlatParamGroup::make_sharded_storage(const at::TensorOptions& options, at::
 }
 
 ShardLayout::LocalSlice FlatParamGroup::local_slice(int64_t param) const {
-  if (!aliased_) return layout_.local_slice(param, shard_rank());
+  if (!plan_.aliased) return layout_.local_slice(param, groups_.shard->rank());
   const auto& slot = layout_.slot(param);
   return ShardLayout::LocalSlice{0, slot.numel, slot.offset};
 }
@@ -155,27 +156,27 @@ void FlatParamGroup::point_params_at(const std::vector<at::Tensor>& views) {
 // -- parameters -----------------------------------------------------------
 
 void FlatParamGroup::unshard_async() {
-  if (aliased_ || param_state_ != ParamState::kSharded) return;
+  if (plan_.aliased || param_state_ != ParamState::kSharded) return;
   compat::resize_storage_bytes(gathered_flat_.storage().unsafeGetStorageImpl(), gathered_bytes());
-  gathered_bytes_counter_->add(gathered_bytes());
-  live_gathers_->add();
+  counters_->gathered_bytes.add(gathered_bytes());
+  counters_->live_gathers.add();
   if (post_forward_shard_.defined()) {
     // Backward after a post-forward reshard: gather within the k-group.
     all_gather_input_ = std::move(post_forward_shard_);
-    post_forward_counter_->sub(bytes_of(all_gather_input_));
+    counters_->post_forward_bytes.sub(bytes_of(all_gather_input_));
     post_forward_shard_ = at::Tensor();
-    pending_gather_ = compressed_all_gather(*post_forward_group_, gathered_flat_, all_gather_input_,
+    pending_gather_ = compressed_all_gather(*groups_.post_forward, gathered_flat_, all_gather_input_,
                                             config_.compression.weights());
     set_param_state(ParamState::kGathering);
     return;
   }
-  const bool compressed = config_.compression.weights().enabled() && groups_.shard->size() > 1;
+  const bool compressed = config_.compression.weights().enabled() && plan_.shards_across_ranks;
   // The shard is cast (mixed precision) and moved (offload) once per gather;
   // compressed, it is encoded from the master dtype instead.
   all_gather_input_ = sharded_flat_.to(gathered_flat_.device(),
                                        compressed ? sharded_flat_.scalar_type() : config_.compute_dtype,
                                        /*non_blocking=*/true, /*copy=*/offload_);
-  if (groups_.shard->size() > 1) {
+  if (plan_.shards_across_ranks) {
     pending_gather_ = compressed_all_gather(*groups_.shard, gathered_flat_, all_gather_input_,
                                             config_.compression.weights());
   } else {
@@ -185,7 +186,7 @@ void FlatParamGroup::unshard_async() {
 }
 
 void FlatParamGroup::park_params_on_shards() {
-  if (aliased_ || param_state_ != ParamState::kGathered) return;
+  if (plan_.aliased || param_state_ != ParamState::kGathered) return;
   point_params_at(sharded_views_);
   set_param_state(ParamState::kGatheredParked);
 }
@@ -201,7 +202,7 @@ double FlatParamGroup::shard_checksum(bool full) const {
 }
 
 void FlatParamGroup::wait_unshard() {
-  if (aliased_ || param_state_ == ParamState::kGathered) return;
+  if (plan_.aliased || param_state_ == ParamState::kGathered) return;
   if (param_state_ == ParamState::kGatheredParked) {
     point_params_at(gathered_views_);
     set_param_state(ParamState::kGathered);
@@ -219,7 +220,7 @@ void FlatParamGroup::wait_unshard() {
 
 void FlatParamGroup::reshard() {
   discard_post_forward_shard();
-  if (aliased_ || param_state_ == ParamState::kSharded) return;
+  if (plan_.aliased || param_state_ == ParamState::kSharded) return;
   if (param_state_ == ParamState::kGathering && pending_gather_) {
     // The gather writes into the buffer we are about to free.
     WorkPtr work = std::move(pending_gather_);
@@ -228,8 +229,8 @@ void FlatParamGroup::reshard() {
   all_gather_input_.reset();
   point_params_at(sharded_views_);
   free_storage_view(gathered_flat_);
-  gathered_bytes_counter_->sub(gathered_bytes());
-  live_gathers_->sub();
+  counters_->gathered_bytes.sub(gathered_bytes());
+  counters_->live_gathers.sub();
   set_param_state(ParamState::kSharded);
 }
 
@@ -244,56 +245,42 @@ void FlatParamGroup::reshard() {
 // (memory_stats' post_forward_shard_bytes). The chunk is dropped once used,
 // by any full reshard, and at every root forward (the optimizer may have
 // changed the shards since).
-void FlatParamGroup::set_post_forward_group(ProcessGroupPtr group, MemoryCounter* kept_bytes) {
-  TORCH_INTERNAL_ASSERT(group && kept_bytes);
-  TORCH_INTERNAL_ASSERT(layout_.padded_numel() % group->size() == 0);
-  post_forward_group_ = std::move(group);
-  post_forward_counter_ = kept_bytes;
-}
-
 void FlatParamGroup::reshard_after_forward() {
-  if (aliased_ || param_state_ == ParamState::kSharded || !post_forward_group_) {
+  const ProcessGroupPtr& group = groups_.post_forward;
+  if (plan_.aliased || param_state_ == ParamState::kSharded || !group) {
     reshard();
     return;
   }
   if (param_state_ == ParamState::kGathering) wait_unshard();
-  const int k = post_forward_group_->size();
-  const int64_t chunk = layout_.padded_numel() / k;
+  const int64_t chunk = layout_.padded_numel() / group->size();
   at::NoGradGuard no_grad;
-  at::Tensor kept = gathered_flat_.narrow(0, post_forward_group_->rank() * chunk, chunk).clone();
+  at::Tensor kept = gathered_flat_.narrow(0, group->rank() * chunk, chunk).clone();
   reshard();  // drops any older chunk first
   post_forward_shard_ = std::move(kept);
-  post_forward_counter_->add(post_forward_shard_bytes());
+  counters_->post_forward_bytes.add(post_forward_shard_bytes());
 }
 
 void FlatParamGroup::discard_post_forward_shard() {
   if (!post_forward_shard_.defined()) return;
-  post_forward_counter_->sub(post_forward_shard_bytes());
+  counters_->post_forward_bytes.sub(post_forward_shard_bytes());
   post_forward_shard_ = at::Tensor();
 }
 
 // -- introspection --------------------------------------------------------
 
 int64_t FlatParamGroup::gathered_bytes() const {
-  if (aliased_) return 0;
+  if (plan_.aliased) return 0;
   return layout_.padded_numel() * static_cast<int64_t>(c10::elementSize(config_.compute_dtype));
 }
 
-int64_t FlatParamGroup::sharded_bytes() const { return bytes_of(sharded_flat_); }
-
-int64_t FlatParamGroup::sharded_grad_bytes() const { return bytes_of(sharded_grad_); }
-
-int64_t FlatParamGroup::reduce_buffer_bytes() const {
-  const int64_t world = groups_.shard->size();
-  const int64_t row = layout_.shard_numel() + layout_.num_params();
-  const int64_t rows = world > 1 ? world + 1 : 1;
-  return rows * row * static_cast<int64_t>(c10::elementSize(config_.reduce_dtype));
+FlatParamGroup::Bytes FlatParamGroup::bytes() const {
+  Bytes bytes;
+  bytes.sharded = bytes_of(sharded_flat_);
+  bytes.gathered = gathered_bytes();
+  bytes.full_params = layout_.total_numel() * static_cast<int64_t>(sharded_flat_.element_size());
+  return bytes;
 }
 
 int64_t FlatParamGroup::post_forward_shard_bytes() const { return bytes_of(post_forward_shard_); }
-
-int64_t FlatParamGroup::full_param_bytes() const {
-  return layout_.total_numel() * static_cast<int64_t>(sharded_flat_.element_size());
-}
 
 }  // namespace fsdp::detail

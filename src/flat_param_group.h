@@ -1,26 +1,28 @@
 #pragma once
 // One unit's parameters as a flat sharded buffer: the storage side of FSDP.
-// It knows how to unshard (all-gather), reshard (free) and reduce gradients;
-// it knows nothing about hooks or training state (see unit_state.h).
+// It knows how to unshard (all-gather) and reshard (free); it knows nothing
+// about gradients (flat_param_grads.h), hooks or training state
+// (unit_state.h).
 //
 // The user's parameters keep their identity: only their data is swapped with
 // set_data() between a 1-D view of the local shard (at rest) and a view of
 // the gathered flat buffer (in forward and backward). See [Note: flat shard
 // layout] in fsdp/shard_layout.h.
 //
-// Implemented in flat_param_group.cpp (parameters), flat_param_grads.cpp
-// (gradients) and flat_param_full.cpp (full parameters outside training).
+// Implemented in flat_param_group.cpp (parameters) and flat_param_full.cpp
+// (full parameters outside training).
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "fsdp/comm/process_group.h"
 #include "fsdp/options.h"
 #include "fsdp/shard_layout.h"
-#include "live_gather_count.h"
-#include "memory_counter.h"
+#include "model_counters.h"
+#include "unit_plan.h"
 
 namespace fsdp::detail {
 
@@ -29,11 +31,14 @@ namespace fsdp::detail {
 // same ranks and carries the gradient reduce-scatters: `shard` itself, or a
 // sibling with its own lane (FullyShardOptions::separate_reduce_scatter_group).
 // `replicate`, if set, holds the ranks holding the same shard, across which
-// gradients are all-reduced.
+// gradients are all-reduced. `post_forward`, if set, holds k consecutive
+// ranks of `shard` whose chunk post-forward reshards keep (see [Note:
+// resharding to a smaller group]).
 struct UnitGroups {
   ProcessGroupPtr shard;
   ProcessGroupPtr reduce_scatter;
-  ProcessGroupPtr replicate;  // nullptr: no replication
+  ProcessGroupPtr replicate;     // nullptr: no replication
+  ProcessGroupPtr post_forward;  // nullptr: post-forward reshards free all
 };
 
 struct FlatParamConfig {
@@ -45,10 +50,9 @@ struct FlatParamConfig {
 };
 
 // [Note: the states of a FlatParamGroup]
-// Two small state machines, each checked on every transition.
-//
-// Parameters (ParamState): where the parameters point, and whether the
-// gathered buffer is alive.
+// Where the parameters point, and whether the gathered buffer is alive,
+// checked on every transition (the gradients' own states are in [Note: the
+// gradient states], flat_param_grads.h):
 //   kSharded          shards; gathered buffer freed
 //   kGathering        shards; all-gather in flight into the gathered buffer
 //   kGathered         full views of the gathered buffer
@@ -59,35 +63,19 @@ struct FlatParamConfig {
 //     wait_unshard            kSharded|kGathering|kGatheredParked -> kGathered
 //     park_params_on_shards   kGathered -> kGatheredParked
 //     reshard                 any -> kSharded
-//
-// Gradients (GradState): what each parameter's .grad() holds.
-//   kSharded     its sharded gradient (or none)
-//   kStashed     this backward's full-shaped gradient; the sharded one aside
-//   kUnsynced    full-shaped gradients kept across backwards without
-//                gradient sync; any sharded ones still aside
-//   kReducing    nothing: the reduction of the full gradients is in
-//                flight; any sharded ones still aside
-//     stash_sharded_grads     kSharded -> kStashed (kUnsynced stays)
-//     keep_unsharded_grads    kSharded|kStashed|kUnsynced -> kUnsynced
-//     reduce_grads_async      kSharded|kStashed|kUnsynced -> kReducing
-//     finish_grad_reduction   kReducing -> kSharded (reduced shard installed);
-//                             kStashed -> kSharded (nothing was reduced: the
-//                             sharded gradients come back); others unchanged
-// Aliased units (is_aliased) never leave ParamState::kSharded and never
-// stash: their parameters and gradients are always full.
+// Aliased units (is_aliased) never leave kSharded: their parameters are
+// always full.
 enum class ParamState { kSharded, kGathering, kGathered, kGatheredParked };
-enum class GradState { kSharded, kStashed, kUnsynced, kReducing };
 const char* to_string(ParamState state);
-const char* to_string(GradState state);
 
 class FlatParamGroup {
  public:
   // Takes over `params` (same dtype and device, floating point): copies the
   // local shard out of each and points it at its sharded view. Collective-free.
-  // `gathered_bytes` counts the gathered buffers' bytes (statistics);
-  // `live_gathers` counts the units gathered or gathering (prefetch control).
+  // `plan` is resolve_unit_options' for these parameters, groups and config.
+  // `counters` are the model's: gathered and kept bytes, live gathers.
   FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::string> names, UnitGroups groups,
-                 FlatParamConfig config, MemoryCounter* gathered_bytes, LiveGatherCount* live_gathers);
+                 FlatParamConfig config, UnitPlan plan, std::shared_ptr<ModelCounters> counters);
 
   // -- parameters --------------------------------------------------------
   // Starts gathering the full parameters (no-op if gathered or in flight).
@@ -101,12 +89,8 @@ class FlatParamGroup {
   // keeps this rank's chunk of the gathered buffer, so the next unshard
   // gathers within that group. See [Note: resharding to a smaller group].
   void reshard_after_forward();
-  // Sets the k-rank group of the shard group whose chunk post-forward
-  // reshards keep, and where those bytes are counted.
-  void set_post_forward_group(ProcessGroupPtr group, MemoryCounter* kept_bytes);
   // Drops the chunk kept by reshard_after_forward() (the shards may change).
   void discard_post_forward_shard();
-  bool holds_post_forward_shard() const { return post_forward_shard_.defined(); }
   // Points every parameter at its shard but keeps the gathered buffer, for
   // units that stay gathered from forward to backward: in between, their
   // parameters look like every other unit's (shards, matching their sharded
@@ -116,40 +100,14 @@ class FlatParamGroup {
   // Sum of the local shard, or of an evenly spaced sample of it: a content
   // check, not a hash.
   double shard_checksum(bool full) const;
-  ParamState param_state() const { return param_state_; }
-  // The gathered buffer is alive (the parameters may be parked on shards).
-  bool is_gathered() const {
-    return param_state_ == ParamState::kGathered || param_state_ == ParamState::kGatheredParked;
-  }
-  bool is_in_flight() const { return param_state_ == ParamState::kGathering; }
+  // The gathered buffer is alive or being gathered into (the parameters may
+  // be parked on shards).
+  bool holds_gathered_buffer() const { return param_state_ != ParamState::kSharded; }
   // True when the parameters never change shape or dtype (nothing sharded,
   // no mixed precision): unshard and reshard are no-ops.
-  bool is_aliased() const { return aliased_; }
-
-  // -- gradients ---------------------------------------------------------
-  // Before the unit's backward: moves sharded gradients aside so autograd
-  // can accumulate full-shaped ones. Not done when unsharded gradients from a
-  // no-sync backward are still being accumulated.
-  void stash_sharded_grads();
-  // After the unit's backward: starts reducing the full gradients.
-  void reduce_grads_async();
-  // Waits for the reduction and leaves each parameter's .grad() as its
-  // sharded gradient (accumulated onto any stashed one).
-  void finish_grad_reduction();
-  GradState grad_state() const { return grad_state_; }
-  // False when gradients need no communication at all (one rank, nothing
-  // replicated): autograd's own accumulation already leaves the right values.
-  bool needs_grad_reduction() const { return !aliased_ || groups_.replicate != nullptr; }
-  // After a backward without gradient sync, full gradients stay on the
-  // parameters and keep accumulating until a synchronizing backward.
-  void keep_unsharded_grads();
-  bool holds_unsharded_grads() const { return grad_state_ == GradState::kUnsynced; }
-  // After a step that an exception ended (see [Note: recovery after an
-  // exception] in unit_state.cpp): waits for a reduction in flight, drops its
-  // result, and gives back the sharded gradients stashed before the failed
-  // backward, dropping what it accumulated. Full gradients kept without
-  // gradient sync, and an aliased unit's own, stay as they are.
-  void abandon_grad_step();
+  bool is_aliased() const { return plan_.aliased; }
+  // What was decided for this unit; see [Note: a unit's plan].
+  const UnitPlan& plan() const { return plan_; }
 
   // -- full parameters outside training (summon, deferred init) -----------
   // All-gathers the unit in the parameters' own dtype into a new 1-D buffer
@@ -174,61 +132,35 @@ class FlatParamGroup {
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<std::vector<int64_t>>& shapes() const { return shapes_; }
   const UnitGroups& groups() const { return groups_; }
-  int shard_rank() const { return groups_.shard->rank(); }
-  at::ScalarType param_dtype() const { return sharded_flat_.scalar_type(); }
   const FlatParamConfig& config() const { return config_; }
   // 1-D, param dtype, numel = layout().shard_numel()
   const at::Tensor& sharded_flat() const { return sharded_flat_; }
-  int64_t gathered_bytes() const;  // bytes of the gathered buffer when alive
-  int64_t sharded_bytes() const;   // bytes of the local shard
-  int64_t sharded_grad_bytes() const;
-  int64_t full_param_bytes() const;  // unpadded, param dtype
-  int64_t post_forward_shard_bytes() const;  // the kept chunk, 0 when none
-  // Bytes a reduction holds until it is finished: the input (one row per
-  // shard rank: its slice plus the used-parameter flags) and, when sharded,
-  // the output row, in the reduce dtype.
-  int64_t reduce_buffer_bytes() const;
-  // Copies of the used-parameter flags to the device and of the counts back,
-  // so far: on CUDA each one makes the host wait for the compute stream.
-  int64_t flag_transfers() const { return flag_transfers_; }
-  const ProcessGroupPtr& post_forward_group() const { return post_forward_group_; }
+  struct Bytes {
+    int64_t sharded = 0;      // the local shard
+    int64_t gathered = 0;     // the gathered buffer when alive; 0 when aliased
+    int64_t full_params = 0;  // every parameter whole: unpadded, param dtype
+  };
+  Bytes bytes() const;
 
  private:
-  // A gradient reduction in flight.
-  struct PendingReduction {
-    WorkPtr work;         // null when nothing was communicated
-    at::Tensor output;    // [shard_numel + num_params], reduce dtype
-    // This rank produced a gradient for every trainable parameter, so no
-    // rank-count read-back is needed. See [Note: unused-parameter flags].
-    bool every_param_used_locally = false;
-  };
-
+  int64_t gathered_bytes() const;
+  int64_t post_forward_shard_bytes() const;  // the kept chunk, 0 when none
   void check_params(at::ScalarType dtype, at::Device device);
   at::TensorOptions shard_options(at::ScalarType dtype, at::Device device) const;
   void make_aliased_storage(const at::TensorOptions& options);
   void make_sharded_storage(const at::TensorOptions& options, at::Device device);
   void set_param_state(ParamState next);
-  void set_grad_state(GradState next);
   void point_params_at(const std::vector<at::Tensor>& views);
-  void make_reduce_buffers();
-  void write_used_flags();
-  void scatter_grad_into(int64_t param, const at::Tensor& grad) const;
-  void restore_stashed_grads();
-  at::Tensor wait_for_reduced_shard();
-  WorkPtr all_reduce_across_replicas(const at::Tensor& reduced) const;
-  bool install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used);
-  void install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count);
 
   std::vector<at::Tensor> params_;  // the user's leaf parameters
   std::vector<std::string> names_;
   std::vector<std::vector<int64_t>> shapes_;  // original shapes
   UnitGroups groups_;
   FlatParamConfig config_;
-  MemoryCounter* gathered_bytes_counter_;
-  LiveGatherCount* live_gathers_;
+  UnitPlan plan_;
+  std::shared_ptr<ModelCounters> counters_;
   ShardLayout layout_;
-  bool aliased_ = false;
-  bool offload_ = false;  // shards and sharded grads live in host memory
+  bool offload_ = false;  // shards (and, in FlatParamGrads, sharded grads) live in host memory
 
   at::Tensor sharded_flat_;               // 1-D, param dtype, shard_numel
   std::vector<at::Tensor> sharded_views_;  // per param: 1-D run of sharded_flat_
@@ -238,30 +170,7 @@ class FlatParamGroup {
   at::Tensor all_gather_input_;             // the cast shard, alive while in flight
   WorkPtr pending_gather_;
   ParamState param_state_ = ParamState::kSharded;
-  ProcessGroupPtr post_forward_group_;  // k consecutive ranks of the shard group
-  MemoryCounter* post_forward_counter_ = nullptr;
   at::Tensor post_forward_shard_;  // 1-D, compute dtype, padded_numel / k
-
-  GradState grad_state_ = GradState::kSharded;
-  at::Tensor sharded_grad_;                     // 1-D, param dtype, shard_numel
-  std::vector<at::Tensor> sharded_grad_views_;  // per param, like sharded_views_
-  std::vector<at::Tensor> stashed_grads_;       // per param, while stashed
-  // See [Note: gradient reduction without per-parameter work]. Made at the
-  // first reduction; the input's storage is freed between reductions.
-  at::Tensor reduce_input_;  // [world, shard_numel + num_params], reduce dtype
-  std::vector<at::Tensor> reduce_input_views_;  // per param: its full-shaped
-                                                // destination, or undefined
-                                                // when it spans two rows
-  at::Tensor reduce_flags_;                     // [world, num_params] of reduce_input_
-  std::vector<float> used_flags_;               // this rank's flags, [num_params]
-  // See [Note: unused-parameter flags]: the flags last copied to the device,
-  // as [1, num_params] on the device (and seen as [world, num_params]) and as
-  // the host values they hold.
-  at::Tensor device_flags_;
-  at::Tensor device_flags_rows_;
-  std::vector<float> device_flags_values_;
-  int64_t flag_transfers_ = 0;
-  PendingReduction pending_reduce_;  // meaningful in GradState::kReducing
 };
 
 }  // namespace fsdp::detail

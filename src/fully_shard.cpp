@@ -66,10 +66,9 @@ detail::IgnoredSet ignored_set(const FullyShardOptions& options) {
 // behind.
 bool wants_reduce_scatter_lane(const FullyShardOptions& options, const ProcessGroup& shard) {
   if (shard.size() == 1) return false;  // nothing is reduce-scattered
-  const detail::StrategyTraits& traits = detail::traits_of(options.strategy());
-  const bool gathers_in_backward = traits.shards_params && traits.regathers_in_backward;
   return options.separate_reduce_scatter_group().value_or(
-      shard.options().backend == CommBackend::kNccl && gathers_in_backward);
+      shard.options().backend == CommBackend::kNccl &&
+      detail::traits_of(options.strategy()).all_gathers_in_backward);
 }
 
 // Groups of k consecutive ranks of `shard`, made once per k on every rank in
@@ -163,23 +162,24 @@ void cast_buffers(detail::DiscoveredModel& model, const MixedPrecisionPolicy& mp
 // Each unit takes its parameters over. Every per-unit choice is resolved
 // (and checked) before the first one does.
 void shard_units(detail::DiscoveredModel& model, const FullyShardOptions& options,
-                 const detail::UnitGroups& groups, detail::RootState& root_state) {
+                 const detail::UnitGroups& groups,
+                 const std::shared_ptr<detail::RootState>& root_state) {
   std::vector<detail::ResolvedUnitOptions> resolved;
   for (const auto& unit : model.units) {
-    resolved.push_back(detail::resolve_unit_options(unit, options, groups.shard->size()));
+    resolved.push_back(detail::resolve_unit_options(unit, options, groups));
   }
   std::map<int, ProcessGroupPtr> post_forward_groups;
   for (size_t u = 0; u < model.units.size(); ++u) {
     auto& unit = model.units[u];
-    auto params = std::make_unique<detail::FlatParamGroup>(
-        std::move(unit.params), std::move(unit.param_names), groups, resolved[u].flat,
-        &root_state.gathered_bytes(), &root_state.live_gathers());
-    if (const int k = resolved[u].post_forward_group_size; k > 0) {
-      params->set_post_forward_group(post_forward_group(post_forward_groups, *groups.shard, k),
-                                     &root_state.post_forward_bytes());
+    detail::UnitGroups unit_groups = groups;
+    if (const int k = resolved[u].plan.post_forward_group_size; k > 0) {
+      unit_groups.post_forward = post_forward_group(post_forward_groups, *groups.shard, k);
     }
-    auto state = std::make_shared<detail::UnitState>(resolved[u].unit, std::move(params), &root_state);
-    root_state.add_unit(state);
+    auto params = std::make_unique<detail::FlatParamGroup>(
+        std::move(unit.params), std::move(unit.param_names), std::move(unit_groups), resolved[u].flat,
+        resolved[u].plan, root_state->counters());
+    auto state = std::make_shared<detail::UnitState>(resolved[u].unit, std::move(params), root_state);
+    root_state->add_unit(state);
     for (UnitModule* member : unit.members) detail::UnitModuleAccess::attach_unit_state(*member, state);
   }
 }
@@ -212,8 +212,9 @@ void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
   const detail::DeferredParams deferred = detail::find_deferred_params(model);
   cast_buffers(model, options.mp());
   const detail::UnitGroups groups = make_unit_groups(options, world);
-  auto root_state = std::make_shared<detail::RootState>(world, options.max_inflight_all_gathers());
-  shard_units(model, options, groups, *root_state);
+  auto root_state = std::make_shared<detail::RootState>(world, options.max_inflight_all_gathers(),
+                                                       detail::validate_every_step_from_env());
+  shard_units(model, options, groups, root_state);
   root_state->set_ignored_params(params_outside_units(root, *root_state));
   const auto all_params = root.parameters();
   const bool ignored_deferred = std::any_of(all_params.begin(), all_params.end(),

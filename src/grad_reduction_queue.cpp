@@ -1,13 +1,14 @@
 #include "grad_reduction_queue.h"
 
-#include "unit_state.h"
+#include "flat_param_grads.h"
 
 namespace fsdp::detail {
 
-void GradReductionQueue::issued(UnitState& unit) {
-  const int64_t bytes = unit.params().reduce_buffer_bytes();
+void GradReductionQueue::issue(FlatParamGrads& grads) {
+  grads.reduce_grads_async();
+  const int64_t bytes = grads.reduce_buffer_bytes();
   bytes_.add(bytes);
-  in_flight_.emplace_back(&unit, bytes);
+  in_flight_.emplace_back(&grads, bytes);
   while (in_flight_.size() > kInFlight) finish_oldest();
 }
 
@@ -16,14 +17,14 @@ void GradReductionQueue::finish_all() {
 }
 
 void GradReductionQueue::forget() {
-  for (const auto& [unit, bytes] : in_flight_) bytes_.sub(bytes);
+  for (const auto& [grads, bytes] : in_flight_) bytes_.sub(bytes);
   in_flight_.clear();
 }
 
 void GradReductionQueue::finish_oldest() {
-  auto [unit, bytes] = in_flight_.front();
+  auto [grads, bytes] = in_flight_.front();
   in_flight_.pop_front();
-  unit->params().finish_grad_reduction();
+  grads->finish_reduction();
   bytes_.sub(bytes);
 }
 

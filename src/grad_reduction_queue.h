@@ -1,6 +1,7 @@
 #pragma once
 // The gradient reductions of one fully_shard() call that are in flight, oldest
-// first, with the bytes their buffers hold.
+// first, with the bytes their buffers hold. The one place that starts and
+// finishes a unit's reduction.
 //
 // [Note: bounded gradient reductions]
 // A unit's reduction holds a full-size buffer (every rank's slice of its full
@@ -24,15 +25,15 @@
 
 namespace fsdp::detail {
 
-class UnitState;
+class FlatParamGrads;
 
 class GradReductionQueue {
  public:
   // At most this many reductions stay in flight once a new one is issued.
   static constexpr size_t kInFlight = 1;
 
-  // `unit` has just issued its reduction; finishes older ones beyond the limit.
-  void issued(UnitState& unit);
+  // Starts reducing `grads`; finishes older reductions beyond the limit.
+  void issue(FlatParamGrads& grads);
   // Finishes every reduction in flight (the end of backward).
   void finish_all();
   // Forgets them: the units' own reset waits and frees (after an exception).
@@ -44,7 +45,7 @@ class GradReductionQueue {
  private:
   void finish_oldest();
 
-  std::deque<std::pair<UnitState*, int64_t>> in_flight_;  // oldest first
+  std::deque<std::pair<FlatParamGrads*, int64_t>> in_flight_;  // oldest first
   MemoryCounter bytes_;
 };
 

@@ -63,9 +63,9 @@ std::vector<UnitInfo> unit_infos(const UnitModule& root) {
     info.sharded = !group.is_aliased();
     info.compute_dtype = group.config().compute_dtype;
     info.reduce_dtype = group.config().reduce_dtype;
-    info.post_forward_group = group.post_forward_group();
+    info.post_forward_group = group.groups().post_forward;
     info.reduce_scatter_group = group.groups().reduce_scatter;
-    info.flag_transfers = group.flag_transfers();
+    info.flag_transfers = unit->grads().flag_transfers();
     infos.push_back(std::move(info));
   }
   return infos;
@@ -77,27 +77,29 @@ MemoryStats memory_stats(const UnitModule& root) {
   MemoryStats stats;
   for (const auto& unit : state.units()) {
     const auto& group = unit->params();
-    stats.sharded_param_bytes += group.sharded_bytes();
-    stats.sharded_grad_bytes += group.sharded_grad_bytes();
-    stats.unsharded_param_bytes += group.full_param_bytes();
-    const int64_t gathered = group.is_aliased() ? group.sharded_bytes() : group.gathered_bytes();
+    const auto group_bytes = group.bytes();
+    stats.sharded_param_bytes += group_bytes.sharded;
+    stats.sharded_grad_bytes += unit->grads().sharded_grad_bytes();
+    stats.unsharded_param_bytes += group_bytes.full_params;
+    const int64_t gathered = group.is_aliased() ? group_bytes.sharded : group_bytes.gathered;
     if (unit->is_root()) {
       stats.root_unit_bytes = gathered;
     } else {
       stats.largest_unit_bytes = std::max(stats.largest_unit_bytes, gathered);
     }
     // Gradients a no-sync backward left unsharded on the parameters.
-    if (group.holds_unsharded_grads()) {
+    if (unit->grads().holds_unsharded_grads()) {
       for (const auto& p : group.params()) stats.sharded_grad_bytes += bytes(p.grad());
     }
   }
-  stats.gathered_param_bytes = state.gathered_bytes().current();
-  stats.peak_gathered_param_bytes = state.gathered_bytes().peak();
-  stats.gathered_units = state.gathered_bytes().units();
-  stats.peak_gathered_units = state.gathered_bytes().peak_units();
-  stats.post_forward_shard_bytes = state.post_forward_bytes().current();
-  stats.peak_post_forward_shard_bytes = state.post_forward_bytes().peak();
-  stats.peak_init_param_bytes = state.init_bytes().peak();
+  const detail::ModelCounters& counters = *state.counters();
+  stats.gathered_param_bytes = counters.gathered_bytes.current();
+  stats.peak_gathered_param_bytes = counters.gathered_bytes.peak();
+  stats.gathered_units = counters.gathered_bytes.units();
+  stats.peak_gathered_units = counters.gathered_bytes.peak_units();
+  stats.post_forward_shard_bytes = counters.post_forward_bytes.current();
+  stats.peak_post_forward_shard_bytes = counters.post_forward_bytes.peak();
+  stats.peak_init_param_bytes = counters.init_bytes.peak();
   stats.grad_reduce_bytes = state.reductions().bytes().current();
   stats.peak_grad_reduce_bytes = state.reductions().bytes().peak();
   stats.peak_grad_reduce_units = state.reductions().bytes().peak_units();
@@ -106,8 +108,8 @@ MemoryStats memory_stats(const UnitModule& root) {
 
 void reset_peak_memory_stats(UnitModule& root) {
   detail::RootState& state = detail::root_state_of(root, "reset_peak_memory_stats");
-  state.gathered_bytes().reset_peak();
-  state.post_forward_bytes().reset_peak();
+  state.counters()->gathered_bytes.reset_peak();
+  state.counters()->post_forward_bytes.reset_peak();
   state.reductions().bytes().reset_peak();
 }
 

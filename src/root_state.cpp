@@ -6,7 +6,6 @@
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 
 #include "hook_ranges.h"
@@ -14,15 +13,30 @@
 
 namespace fsdp::detail {
 
-RootState::RootState(ProcessGroupPtr world, int max_inflight_all_gathers)
-    : world_(std::move(world)), max_inflight_all_gathers_(max_inflight_all_gathers) {
-  const char* debug = std::getenv("FSDP_DEBUG");
-  validate_every_step_ = debug != nullptr && std::string(debug) != "0";
+RootState::RootState(ProcessGroupPtr world, int max_inflight_all_gathers, bool validate_every_step)
+    : world_(std::move(world)),
+      validation_(validate_every_step),
+      max_inflight_all_gathers_(max_inflight_all_gathers) {}
+
+void RootState::add_unit(std::shared_ptr<UnitState> unit) {
+  schedules_[unit.get()].index = units_.size();
+  units_.push_back(std::move(unit));
+}
+
+RootState::UnitSchedule& RootState::schedule_of(const UnitState& unit) {
+  const auto it = schedules_.find(&unit);
+  TORCH_INTERNAL_ASSERT(it != schedules_.end(), "a unit of another model");
+  return it->second;
+}
+
+void RootState::set_prefetch_list(const UnitState& unit, bool forward, std::vector<UnitState*> targets) {
+  UnitSchedule& schedule = schedule_of(unit);
+  (forward ? schedule.forward_prefetch : schedule.backward_prefetch) = std::move(targets);
 }
 
 void RootState::on_pre_forward(UnitState& unit) {
   if (!root_forward_active()) return;  // a unit on its own; see [Note: a unit's forward on its own]
-  if (validating_) validate_order(unit, recording_order_.size());
+  if (validation_.checks_order()) validate_order(unit, recording_order_.size());
   recording_order_.push_back(&unit);
 }
 
@@ -32,9 +46,8 @@ void RootState::exit_root_forward() {
   // Swap keeps both vectors' capacity: no allocation per step.
   forward_order_.swap(recording_order_);
   recording_order_.clear();
-  for (size_t i = 0; i < forward_order_.size(); ++i) forward_order_[i]->set_order_position(i);
-  ++completed_forwards_;
-  if (!validate_every_step_) validating_ = false;
+  for (size_t i = 0; i < forward_order_.size(); ++i) schedule_of(*forward_order_[i]).order_position = i;
+  validation_.root_forward_done();
 }
 
 // [Note: execution order validation]
@@ -44,9 +57,7 @@ void RootState::exit_root_forward() {
 // (and on every step with FSDP_DEBUG=1) the ranks agree on each unit before
 // gathering it: a tiny all-gather of its index.
 void RootState::validate_order(UnitState& unit, size_t position) {
-  const auto it = std::find_if(units_.begin(), units_.end(),
-                               [&unit](const auto& u) { return u.get() == &unit; });
-  const int64_t index = it - units_.begin();
+  const auto index = static_cast<int64_t>(schedule_of(unit).index);
   const std::vector<int64_t> indices = all_gather_int64(*world_, index);
   if (std::all_of(indices.begin(), indices.end(), [&](int64_t i) { return i == index; })) return;
   std::ostringstream ranks;
@@ -69,7 +80,8 @@ void RootState::validate_order(UnitState& unit, size_t position) {
 // replaces the recorded order. Gathered memory is bounded: at most
 // max_inflight_all_gathers non-root units are gathered or being gathered.
 void RootState::prefetch_after(UnitState& unit, bool forward) {
-  const auto& explicit_list = unit.prefetch_list(forward);
+  const UnitSchedule& schedule = schedule_of(unit);
+  const auto& explicit_list = forward ? schedule.forward_prefetch : schedule.backward_prefetch;
   if (!explicit_list.empty()) {
     for (UnitState* next : explicit_list) {
       if (!try_prefetch(*next)) break;
@@ -82,7 +94,7 @@ void RootState::prefetch_after(UnitState& unit, bool forward) {
     try_prefetch(*forward_order_.back());
     return;
   }
-  const size_t position = unit.order_position();
+  const size_t position = schedule.order_position;
   if (position >= forward_order_.size() || forward_order_[position] != &unit) return;
   if (forward) {
     // Look no further ahead than the limit could ever allow.
@@ -99,10 +111,9 @@ void RootState::prefetch_after(UnitState& unit, bool forward) {
 bool RootState::try_prefetch(UnitState& unit) {
   if (unit.is_root()) return true;
   FlatParamGroup& params = unit.params();
-  if (params.is_gathered() || params.is_in_flight() || params.is_aliased()) return true;
-  const FlatParamGroup& root = root_unit().params();
-  const bool root_alive = root.is_gathered() || root.is_in_flight();
-  const int non_root_alive = live_gathers_.count() - (root_alive ? 1 : 0);
+  if (params.holds_gathered_buffer() || params.is_aliased()) return true;
+  const bool root_alive = root_unit().params().holds_gathered_buffer();
+  const int non_root_alive = counters_->live_gathers.count() - (root_alive ? 1 : 0);
   if (non_root_alive >= max_inflight_all_gathers_) return false;
   params.unshard_async();
   return true;
@@ -123,10 +134,10 @@ void RootState::on_backward_done() {
   RECORD_USER_SCOPE(kRootPostBackwardRange);
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_backward_step();
   reductions_.finish_all();
-  for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->finish_grad_reduction();
+  for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->end_backward();
   callback_queued_ = false;
   in_backward_ = false;
-  ++completed_steps_;
+  validation_.backward_done();
 }
 
 void RootState::recover_from_failed_step() {

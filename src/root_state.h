@@ -1,19 +1,21 @@
 #pragma once
 // State shared by every unit of one fully_shard() call: the unit list, the
 // step-level state (are we in backward? was the final callback queued?), the
-// recorded execution order for prefetch and validation, and the memory
-// accounting. The root unit owns it; other units point to it.
+// recorded execution order and each unit's place in it for prefetch and
+// validation, and the memory accounting. The root unit owns it; other units
+// point to it.
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fsdp/comm/process_group.h"
 #include "grad_reduction_queue.h"
-#include "live_gather_count.h"
-#include "memory_counter.h"
+#include "model_counters.h"
 #include "unit_state.h"
+#include "validation_schedule.h"
 
 namespace fsdp::detail {
 
@@ -26,10 +28,11 @@ struct IgnoredParam {
 
 class RootState {
  public:
-  RootState(ProcessGroupPtr world, int max_inflight_all_gathers);
+  // `validate_every_step`: run the first step's checks on every step.
+  RootState(ProcessGroupPtr world, int max_inflight_all_gathers, bool validate_every_step);
 
   // Units in pre-order; units()[0] is the root.
-  void add_unit(std::shared_ptr<UnitState> unit) { units_.push_back(std::move(unit)); }
+  void add_unit(std::shared_ptr<UnitState> unit);
   const std::vector<std::shared_ptr<UnitState>>& units() const { return units_; }
   UnitState& root_unit() { return *units_.front(); }
   ProcessGroup& world() { return *world_; }
@@ -58,29 +61,19 @@ class RootState {
   bool requires_grad_sync() const { return requires_grad_sync_; }
   void set_requires_grad_sync(bool on) { requires_grad_sync_ = on; }
 
-  // Validate the order of unit forwards across ranks on every step, not only
-  // the first (FSDP_DEBUG=1 turns it on).
-  void set_validate_every_step(bool on) {
-    validate_every_step_ = on;
-    validating_ = on || completed_forwards_ == 0;
-  }
+  // Which steps run the costly checks.
+  ValidationSchedule& validation() { return validation_; }
 
   // Issues prefetching gathers after `unit` gathered (see [Note: prefetch]).
   void prefetch_after(UnitState& unit, bool forward);
+  // Explicit prefetch targets of `unit`, in issue order, replacing the
+  // recorded order; empty: the recorded order again.
+  void set_prefetch_list(const UnitState& unit, bool forward, std::vector<UnitState*> targets);
 
-  // Whether units check their shards for edits between forward and backward:
-  // on the first two steps, and on every step when validating every step.
-  bool validating_params() const { return completed_steps_ < 2 || validate_every_step_; }
-
-  MemoryCounter& gathered_bytes() { return gathered_bytes_; }
-  // Units gathered or gathering: what the prefetch in-flight limit reads.
-  LiveGatherCount& live_gathers() { return live_gathers_; }
-  // Chunks kept by post-forward reshards to a smaller group.
-  MemoryCounter& post_forward_bytes() { return post_forward_bytes_; }
+  // The model's byte and gather counts, shared with every unit's storage.
+  const std::shared_ptr<ModelCounters>& counters() const { return counters_; }
   // Gradient reductions in flight ([Note: bounded gradient reductions]).
   GradReductionQueue& reductions() { return reductions_; }
-  // Full parameter bytes materialized at once during deferred init.
-  MemoryCounter& init_bytes() { return init_bytes_; }
   // Parameters left out of every unit, each tensor once, in
   // named_parameters() order.
   void set_ignored_params(std::vector<IgnoredParam> params) { ignored_params_ = std::move(params); }
@@ -92,6 +85,15 @@ class RootState {
   bool close_summon_guard(int64_t id);
 
  private:
+  // What the root knows of one unit's place in the step.
+  struct UnitSchedule {
+    size_t index = 0;  // in units_
+    // In the last recorded forward order; npos until the unit is recorded.
+    size_t order_position = static_cast<size_t>(-1);
+    std::vector<UnitState*> forward_prefetch;   // explicit targets, issue order
+    std::vector<UnitState*> backward_prefetch;  // empty: the recorded order
+  };
+  UnitSchedule& schedule_of(const UnitState& unit);
   void validate_order(UnitState& unit, size_t position);
   // Starts gathering `unit` unless the in-flight limit is reached; returns
   // false when it is.
@@ -103,21 +105,16 @@ class RootState {
   bool in_backward_ = false;
   bool callback_queued_ = false;
   bool requires_grad_sync_ = true;
-  bool validate_every_step_ = false;
-  bool validating_ = true;  // the first step is always validated
+  ValidationSchedule validation_;
   int max_inflight_all_gathers_;
-  int64_t completed_steps_ = 0;
   std::vector<UnitState*> recording_order_;
   std::vector<UnitState*> forward_order_;
-  MemoryCounter gathered_bytes_;
-  LiveGatherCount live_gathers_;
-  MemoryCounter post_forward_bytes_;
-  MemoryCounter init_bytes_;
+  std::unordered_map<const UnitState*, UnitSchedule> schedules_;  // one per unit
+  std::shared_ptr<ModelCounters> counters_ = std::make_shared<ModelCounters>();
   GradReductionQueue reductions_;
   std::vector<int64_t> open_summon_guards_;  // innermost last
   int64_t summon_guards_made_ = 0;
   std::vector<IgnoredParam> ignored_params_;
-  int64_t completed_forwards_ = 0;
 };
 
 }  // namespace fsdp::detail

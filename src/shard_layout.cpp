@@ -1,5 +1,7 @@
 #include "fsdp/shard_layout.h"
 
+#include "fsdp/shard_size.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -16,9 +18,7 @@ ShardLayout::ShardLayout(const std::vector<int64_t>& numels, int world_size)
     slots_.push_back(Slot{total_numel_, numel});
     total_numel_ += numel;
   }
-  // Round up so every rank owns the same number of elements; an empty unit
-  // still gets one element per rank, so collectives never see empty buffers.
-  shard_numel_ = std::max<int64_t>(1, (total_numel_ + world_size - 1) / world_size);
+  shard_numel_ = fsdp::shard_numel(total_numel_, world_size);
 }
 
 ShardLayout::LocalSlice ShardLayout::local_slice(int64_t param, int rank) const {

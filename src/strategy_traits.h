@@ -22,6 +22,10 @@ struct StrategyTraits {
   bool regathers_in_backward;
   // The ranks form a 2-D mesh: sharded within a group, replicated across.
   bool replicates_across_groups;
+  // Backward all-gathers parameters (sharded and re-gathered), so a
+  // reduce-scatter can hold up the next unit's gather: see [Note: a lane for
+  // reduce-scatters] in fully_shard.cpp.
+  bool all_gathers_in_backward;
   GradientReduction reduction;
 };
 

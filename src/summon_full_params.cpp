@@ -75,7 +75,7 @@ SummonFullParams::SummonFullParams(UnitModule& module, SummonFullParamsOptions o
       if (options.offload_to_cpu() && !full.is_cpu()) full = full.to(at::kCPU);
       if (!full.is_cpu() || !options.offload_to_cpu()) {
         entry.counted_bytes = static_cast<int64_t>(full.nbytes());
-        root.gathered_bytes().add(entry.counted_bytes);
+        root.counters()->gathered_bytes.add(entry.counted_bytes);
       }
       group.expose(group.full_views(full));
       entry.full = std::move(full);
@@ -107,7 +107,7 @@ void SummonFullParams::exit() {
       }
     }
     group.expose_shards();
-    if (it->counted_bytes > 0) it->unit->root().gathered_bytes().sub(it->counted_bytes);
+    if (it->counted_bytes > 0) it->unit->root().counters()->gathered_bytes.sub(it->counted_bytes);
     it->unit->set_summoned(false);
   }
   entries_.clear();

@@ -35,12 +35,12 @@ void UnitModule::share_unit_with(UnitModule& leader) {
 
 void UnitModule::set_forward_prefetch(const std::vector<UnitModule*>& units) {
   TORCH_CHECK(state_, "fsdp: set_forward_prefetch needs a sharded unit; call fully_shard first");
-  state_->set_prefetch_list(/*forward=*/true, unit_states(units));
+  state_->root().set_prefetch_list(*state_, /*forward=*/true, unit_states(units));
 }
 
 void UnitModule::set_backward_prefetch(const std::vector<UnitModule*>& units) {
   TORCH_CHECK(state_, "fsdp: set_backward_prefetch needs a sharded unit; call fully_shard first");
-  state_->set_prefetch_list(/*forward=*/false, unit_states(units));
+  state_->root().set_prefetch_list(*state_, /*forward=*/false, unit_states(units));
 }
 
 void UnitModule::set_requires_gradient_sync(bool requires_sync) {
@@ -48,7 +48,7 @@ void UnitModule::set_requires_gradient_sync(bool requires_sync) {
 }
 
 void UnitModule::set_validate_execution_order(bool every_step) {
-  detail::root_state_of(*this, "set_validate_execution_order").set_validate_every_step(every_step);
+  detail::root_state_of(*this, "set_validate_execution_order").validation().set_every_step(every_step);
 }
 
 void UnitModule::before_forward(detail::TensorRefs& inputs) { state_->pre_forward(inputs); }

@@ -20,8 +20,21 @@ void cast_floating(TensorRefs& tensors, at::ScalarType dtype) {
 
 }  // namespace
 
-UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, RootState* root)
-    : config_(std::move(config)), params_(std::move(params)), root_(root) {}
+UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params,
+                     std::weak_ptr<RootState> root)
+    : config_(std::move(config)),
+      params_(std::move(params)),
+      grads_(std::make_unique<FlatParamGrads>(*params_)),
+      root_(std::move(root)) {}
+
+RootState& UnitState::root() {
+  // The root module keeps the state alive; a lock only proves it still does.
+  RootState* root = root_.lock().get();
+  TORCH_CHECK(root != nullptr, "fsdp: unit '", display_name(config_.name),
+              "' was used after the model fully_shard returned was destroyed; keep the model "
+              "alive while any of its units is in use");
+  return *root;
+}
 
 // [Note: a unit's forward on its own]
 // Calling a unit directly, outside its root's forward (evaluating an encoder
@@ -32,7 +45,7 @@ UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, 
 // backward), and every rank must make it, since it gathers.
 void UnitState::pre_forward(TensorRefs& inputs) {
   RECORD_USER_SCOPE(kPreForwardRange);  // See [Note: the hooks' profiler ranges]
-  RootState& root = *root_;
+  RootState& root = this->root();
   const std::string& name = display_name(config_.name);
   const bool on_its_own = !config_.is_root && !root.root_forward_active();
   if (config_.is_root || on_its_own) root.recover_from_failed_step();
@@ -62,7 +75,7 @@ void UnitState::pre_forward(TensorRefs& inputs) {
     if (config_.prefetch && !on_its_own) root.prefetch_after(*this, /*forward=*/true);
     // The post-backward node reduces and reshards; a unit with neither to do
     // (one rank, nothing replicated) lets the final callback close its step.
-    if (at::GradMode::is_enabled() && has_post_backward_work()) {
+    if (at::GradMode::is_enabled() && params_->plan().reduces_grads) {
       attach_post_backward_node(inputs, weak_from_this());
     }
     if (config_.cast_inputs_to) cast_floating(inputs, *config_.cast_inputs_to);
@@ -70,10 +83,6 @@ void UnitState::pre_forward(TensorRefs& inputs) {
     abort_forward_quietly();
     throw;
   }
-}
-
-bool UnitState::has_post_backward_work() const {
-  return !params_->is_aliased() || params_->needs_grad_reduction();
 }
 
 void UnitState::post_forward(TensorRefs& outputs) {
@@ -90,12 +99,12 @@ void UnitState::post_forward(TensorRefs& outputs) {
       param_versions_.clear();
       for (const auto& p : params_->params()) param_versions_.push_back(static_cast<uint32_t>(p._version()));
       shard_checksum_ = c10::nullopt;
-      if (root_->validating_params()) {
+      checksum_full_ = root().validation().checks_whole_shards();
+      if (checksum_full_) {
         shard_checksum_ = params_->shard_checksum(/*full=*/true);
       } else if (!params_->is_aliased() && !params_->sharded_flat().is_cuda()) {
         shard_checksum_ = params_->shard_checksum(/*full=*/false);
       }
-      checksum_full_ = root_->validating_params();
     } else {
       // No output we can see needs a gradient, but one might hide in a type
       // we cannot walk; then backward would need the gathered parameters
@@ -105,12 +114,12 @@ void UnitState::post_forward(TensorRefs& outputs) {
       if (any_output_needs_grad) {
         keep_gathered = true;
         unhooked_backward_ = true;
-        params_->stash_sharded_grads();
+        grads_->stash_sharded_grads();
       }
     }
   }
   state_ = TrainingState::kIdle;
-  const bool reshard = !grad_enabled || (!keep_gathered && config_.reshard_after_forward);
+  const bool reshard = !grad_enabled || (!keep_gathered && params_->plan().reshards_after_forward);
   if (reshard) {
     if (grad_enabled) {
       params_->reshard_after_forward();
@@ -120,7 +129,7 @@ void UnitState::post_forward(TensorRefs& outputs) {
   } else if (!keep_gathered) {
     params_->park_params_on_shards();
   }
-  if (config_.is_root) root_->exit_root_forward();
+  if (config_.is_root) root().exit_root_forward();
 }
 
 // [Note: optimizer step before backward]
@@ -157,7 +166,7 @@ void UnitState::check_params_unmodified() const {
 
 void UnitState::pre_backward() {
   RECORD_USER_SCOPE(kPreBackwardRange);  // See [Note: the hooks' profiler ranges]
-  root_->on_backward_hook();
+  root().on_backward_hook();
   if (state_ == TrainingState::kPreBackward) return;
   TORCH_CHECK(state_ == TrainingState::kIdle, "fsdp: backward reached unit '",
               display_name(config_.name), "' in state ", to_string(state_),
@@ -166,13 +175,13 @@ void UnitState::pre_backward() {
   check_params_unmodified();
   state_ = TrainingState::kPreBackward;
   params_->wait_unshard();
-  if (config_.prefetch && !ran_on_its_own_) root_->prefetch_after(*this, /*forward=*/false);
-  params_->stash_sharded_grads();
+  if (config_.prefetch && !ran_on_its_own_) root().prefetch_after(*this, /*forward=*/false);
+  grads_->stash_sharded_grads();
 }
 
 void UnitState::post_backward() {
   RECORD_USER_SCOPE(kPostBackwardRange);  // See [Note: the hooks' profiler ranges]
-  root_->on_backward_hook();
+  root().on_backward_hook();
   if (pending_backwards_ > 0) --pending_backwards_;
   if (pending_backwards_ > 0 || state_ != TrainingState::kPreBackward) return;
   reduce_and_reshard();
@@ -181,12 +190,11 @@ void UnitState::post_backward() {
 void UnitState::reduce_and_reshard() {
   bool trainable = false;
   for (const auto& p : params_->params()) trainable |= p.requires_grad();
-  if (trainable && params_->needs_grad_reduction()) {
-    if (root_->requires_grad_sync()) {
-      params_->reduce_grads_async();
-      root_->reductions().issued(*this);
+  if (trainable && params_->plan().reduces_grads) {
+    if (root().requires_grad_sync()) {
+      root().reductions().issue(*grads_);
     } else {
-      params_->keep_unsharded_grads();
+      grads_->keep_unsharded_grads();
     }
   }
   params_->reshard();
@@ -212,8 +220,8 @@ void UnitState::finish_backward_step() {
   ran_on_its_own_ = false;
 }
 
-void UnitState::finish_grad_reduction() {
-  params_->finish_grad_reduction();
+void UnitState::end_backward() {
+  grads_->end_backward();
   state_ = TrainingState::kIdle;
 }
 
@@ -236,13 +244,14 @@ void UnitState::finish_grad_reduction() {
 void UnitState::abort_forward() {
   if (state_ == TrainingState::kForward) state_ = TrainingState::kIdle;
   params_->reshard();  // waits for a gather in flight first
-  if (config_.is_root) root_->reset_after_failure();
+  if (config_.is_root) root().reset_after_failure();
 }
 
 void UnitState::forward_abandoned() noexcept {
   if (pending_backwards_ > 0) --pending_backwards_;
   if (pending_backwards_ > 0 || state_ != TrainingState::kIdle || unhooked_backward_) return;
-  if (root_->in_backward()) return;  // the final callback finishes the step
+  const std::shared_ptr<RootState> root = root_.lock();
+  if (root && root->in_backward()) return;  // the final callback finishes the step
   try {
     params_->reshard();  // a unit kept gathered for a backward that will not come
   } catch (...) {
@@ -262,7 +271,7 @@ void UnitState::abort_forward_quietly() noexcept {
 
 void UnitState::reset_after_failure() {
   params_->reshard();
-  params_->abandon_grad_step();
+  grads_->abandon_step();
   if (state_ != TrainingState::kSummonFullParams) state_ = TrainingState::kIdle;
   pending_backwards_ = 0;
   unhooked_backward_ = false;

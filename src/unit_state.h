@@ -1,6 +1,6 @@
 #pragma once
 // The runtime side of one unit: the training-state machine and the hooks
-// that drive its FlatParamGroup through a step.
+// that drive its FlatParamGroup and FlatParamGrads through a step.
 //
 //   pre_forward    gather the parameters (or wait for a prefetched gather)
 //   post_forward   hook the outputs for backward; free the parameters
@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "flat_param_grads.h"
 #include "flat_param_group.h"
 #include "fsdp/tensor_walk.h"
 #include "training_state.h"
@@ -31,15 +32,23 @@ class RootState;
 struct UnitConfig {
   std::string name;  // the module path, "" for the root
   bool is_root = false;
-  bool reshard_after_forward = true;
   bool prefetch = true;
   c10::optional<at::ScalarType> cast_inputs_to;  // mixed precision
   c10::optional<at::ScalarType> cast_outputs_to;
 };
 
+// [Note: a unit outliving its root]
+// The root module owns the RootState, and the RootState owns every unit's
+// state; a nested module owns a share of its own. A user may keep a nested
+// module after dropping the model (an encoder taken out of it, say). Its
+// unit then refers to a root that is gone, so it holds the root weakly and
+// every use of the root goes through root(), which throws a clear error
+// instead of reading freed memory. The counters its storage updates are
+// shared with the root (ModelCounters), so freeing the unit's buffers stays
+// safe without it.
 class UnitState : public std::enable_shared_from_this<UnitState> {
  public:
-  UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, RootState* root);
+  UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, std::weak_ptr<RootState> root);
 
   void pre_forward(TensorRefs& inputs);
   void post_forward(TensorRefs& outputs);
@@ -47,7 +56,9 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   void post_backward();
   // From the root's final callback: finish this unit's part of the step.
   void finish_backward_step();
-  void finish_grad_reduction();
+  // From the root's final callback, once its GradReductionQueue finished
+  // every reduction: this unit's step is over.
+  void end_backward();
   // The outputs of one of this unit's forwards died before backward reached
   // them (see [Note: abandoned forwards]). Never throws.
   void forward_abandoned() noexcept;
@@ -71,36 +82,26 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   bool awaiting_backward() const { return pending_backwards_ > 0 || unhooked_backward_; }
   FlatParamGroup& params() { return *params_; }
   const FlatParamGroup& params() const { return *params_; }
-  RootState& root() { return *root_; }
+  FlatParamGrads& grads() { return *grads_; }
+  const FlatParamGrads& grads() const { return *grads_; }
+  // Throws when the root module is gone; see [Note: a unit outliving its root].
+  RootState& root();
   const UnitConfig& config() const { return config_; }
-  // Position in the last recorded forward order (see RootState).
-  size_t order_position() const { return order_position_; }
-  void set_order_position(size_t position) { order_position_ = position; }
-  // Explicit prefetch targets (issue order); empty: use the recorded order.
-  const std::vector<UnitState*>& prefetch_list(bool forward) const {
-    return forward ? forward_prefetch_ : backward_prefetch_;
-  }
-  void set_prefetch_list(bool forward, std::vector<UnitState*> units) {
-    (forward ? forward_prefetch_ : backward_prefetch_) = std::move(units);
-  }
 
  private:
   void reduce_and_reshard();
-  bool has_post_backward_work() const;
   void check_params_unmodified() const;
   void attach_post_backward(TensorRefs& inputs);
   void attach_pre_backward(TensorRefs& outputs);
 
   UnitConfig config_;
   std::unique_ptr<FlatParamGroup> params_;
-  RootState* root_;
+  std::unique_ptr<FlatParamGrads> grads_;  // the gradients of params_
+  std::weak_ptr<RootState> root_;
   TrainingState state_ = TrainingState::kIdle;
   // Forwards run with grad this step whose backward has not reached the
   // unit's inputs yet; the unit reduces when the last one does.
   int pending_backwards_ = 0;
-  size_t order_position_ = static_cast<size_t>(-1);
-  std::vector<UnitState*> forward_prefetch_;
-  std::vector<UnitState*> backward_prefetch_;
   bool unhooked_backward_ = false;  // kept gathered: outputs could not be hooked
   // This step's forward ran outside the root's forward (the unit was called
   // on its own): its backward prefetches nothing.

@@ -11,7 +11,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include "harness/json_value.h"
 
 #include "fsdp/cpu_allocation_counter.h"
 #include "fsdp/models/gpt.h"
@@ -101,8 +101,8 @@ TEST(PlanCommandLine, JsonAgreesWithTheTableAndFitLists) {
   args.push_back("--json");
   const ChildResult r = run_plan(dir, args);
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
-  const auto j = nlohmann::json::parse(r.out);
-  const auto& m = j.at("memory");
+  const auto j = fsdp::testing::JsonValue::parse(r.out, "fsdp-plan --json");
+  const auto m = j.at("memory");
   const double sum = m.at("sharded_params").get<double>() + m.at("sharded_grads").get<double>() +
                      m.at("optimizer_state").get<double>() + m.at("comm_buffers").get<double>() +
                      m.at("gathered_params").get<double>() +

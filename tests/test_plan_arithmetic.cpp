@@ -66,6 +66,8 @@ TEST(PlanMemory, ShardsArePaddedLikeTheLibrary) {
   EXPECT_EQ(shard_numel(7, 2), 4);
   EXPECT_EQ(shard_numel(7, 4), 2);
   EXPECT_EQ(shard_numel(7, 1), 7);  // nothing sharded: the unit, unpadded
+  // The library's own function: an empty unit still holds one element per rank.
+  EXPECT_EQ(shard_numel(0, 4), 1);
 }
 
 // 12 tokens at 2 ranks, fp32, prefetch 2. Per unit (bytes):

@@ -163,6 +163,32 @@ TEST(TrainerDevice, ValuesAndCombinationsAreCheckedWithTheFix) {
   EXPECT_EQ(fsdp_train::check_device(parse({}), 64), "");  // the CPU needs nothing
 }
 
+// --backend: gloo or nccl; nccl only with CUDA; gloo with CUDA stages the
+// GPU tensors through host memory, and only then may ranks outnumber GPUs.
+TEST(TrainerDevice, BackendChoiceIsExplicitAndChecked) {
+  const auto bad = fsdp_train::check_options(parse({"--backend", "mpi"}), 1, nullptr);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0], "--backend 'mpi' is not one of: gloo, nccl");
+  const auto nccl_on_cpu = fsdp_train::check_options(parse({"--backend", "nccl"}), 1, nullptr);
+  ASSERT_EQ(nccl_on_cpu.size(), 1u);
+  EXPECT_EQ(nccl_on_cpu[0], "--backend nccl moves CUDA tensors only; pass --device cuda with it, "
+                            "or leave out --backend (the CPU uses gloo)");
+  // Never staged unless asked for: CUDA means NCCL by default.
+  const auto staged = parse({"--device", "cuda", "--backend", "gloo"});
+  EXPECT_EQ(fsdp_train::training_backend(staged), fsdp::CommBackend::kGloo);
+  EXPECT_TRUE(fsdp_train::stages_through_host(staged));
+  EXPECT_FALSE(fsdp_train::stages_through_host(parse({"--device", "cuda"})));
+  EXPECT_FALSE(fsdp_train::stages_through_host(parse({"--backend", "gloo"})));
+  EXPECT_EQ(fsdp_train::training_backend(parse({"--device", "cuda", "--backend", "nccl"})),
+            fsdp::CommBackend::kNccl);
+#if defined(FSDP_WITH_NCCL)
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  EXPECT_EQ(fsdp_train::check_device(staged, gpus + 3), "") << "ranks may share GPUs with gloo";
+  const auto device = fsdp_train::select_training_device(staged, gpus + 1);
+  EXPECT_EQ(device.index(), 1 % gpus) << "round-robin over the GPUs";
+#endif
+}
+
 // Where this build has no CUDA, --device cuda is refused naming the fix;
 // with CUDA, more ranks than GPUs are.
 TEST(TrainerDevice, CudaIsRefusedWhereItCannotRun) {
@@ -172,6 +198,7 @@ TEST(TrainerDevice, CudaIsRefusedWhereItCannotRun) {
   const std::string error = fsdp_train::check_device(cuda, gpus + 1);
   EXPECT_NE(error.find("has " + std::to_string(gpus) + " GPU"), std::string::npos) << error;
   EXPECT_NE(error.find("fsdp-run --nproc-per-node"), std::string::npos) << error;
+  EXPECT_NE(error.find("or pass --backend gloo to share the GPU"), std::string::npos) << error;
 #else
   EXPECT_EQ(fsdp_train::check_device(cuda, 1),
             "--device cuda: this fsdp-train was built against a LibTorch without CUDA; build it "

@@ -1,6 +1,8 @@
 #pragma once
 // Gradient clipping across shards.
 
+#include <ATen/core/Tensor.h>
+
 #include "fsdp/sharded.h"
 
 namespace fsdp {
@@ -14,5 +16,13 @@ namespace fsdp {
 // Collective: every rank must call it, after backward returned. Calling it on
 // only some ranks makes the others wait and fail at the group's timeout.
 double clip_grad_norm_(UnitModule& root, double max_norm, double norm_type = 2.0);
+
+// The same, without waiting for the device: returns the total norm as a
+// 0-dim float64 tensor on the gradients' device (on the CPU for a Gloo group
+// without host staging), as torch::nn::utils::clip_grad_norm_ does in
+// PyTorch. Nothing reads a value back to the host, so a CUDA training step
+// that calls it makes no host sync; read the norm (.item<double>()) only
+// when you log it. clip_grad_norm_ is this plus that read.
+at::Tensor clip_grad_norm_tensor_(UnitModule& root, double max_norm, double norm_type = 2.0);
 
 }  // namespace fsdp

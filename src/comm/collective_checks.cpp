@@ -7,8 +7,9 @@ namespace {
 
 const char* backend_fix(c10::DeviceType device) {
   return device == c10::DeviceType::CPU
-             ? "the Gloo backend works on CPU tensors; move the tensor with .cpu() or use "
-               "CommBackend::kNccl for CUDA tensors"
+             ? "the Gloo backend works on CPU tensors; move the tensor with .cpu(), use "
+               "CommBackend::kNccl for CUDA tensors, or set GroupOptions::host_staging to move "
+               "CUDA tensors through host memory (several ranks on one GPU)"
              : "the NCCL backend works on CUDA tensors; move the tensor with .cuda() or use "
                "CommBackend::kGloo for CPU tensors";
 }

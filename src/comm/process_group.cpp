@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "comm/backends.h"
+#include "comm/host_staged_group.h"
 #include "fsdp/comm/job_rendezvous.h"
 #include "fsdp/comm/launch_env.h"
 #include "fsdp/error_message.h"
@@ -47,8 +48,16 @@ ProcessGroupPtr make_process_group(const c10::intrusive_ptr<c10d::Store>& store,
   std::iota(global_ranks.begin(), global_ranks.end(), 0);
   // Keys live under the group's name, so differently named groups can share a store.
   const std::string prefix = "fsdp/" + options.name;
+  TORCH_CHECK(!options.host_staging || options.backend == CommBackend::kGloo, "fsdp: group '",
+              options.name, "' asks for host_staging with the ", to_string(options.backend),
+              " backend; host staging is a Gloo option (NCCL moves CUDA tensors itself): "
+              "use CommBackend::kGloo with it, or drop it");
   switch (options.backend) {
     case CommBackend::kGloo:
+      if (options.host_staging) {
+        return std::make_shared<comm::HostStagedGroup>(
+            comm::make_gloo_group(store, prefix, rank, size, options, std::move(global_ranks)));
+      }
       return comm::make_gloo_group(store, prefix, rank, size, options, std::move(global_ranks));
     case CommBackend::kNccl:
       return comm::make_nccl_group(store, prefix, rank, size, options, std::move(global_ranks));
@@ -97,13 +106,19 @@ DeviceMesh make_hybrid_mesh(const ProcessGroupPtr& world, int shard_size) {
   return mesh;
 }
 
+at::Device collective_device(const ProcessGroup& group, at::Device preferred) {
+  const GroupOptions& options = group.options();
+  if (options.backend == CommBackend::kNccl || options.host_staging) {
+    return preferred.is_cuda() ? preferred : at::Device(at::kCUDA);
+  }
+  return at::Device(at::kCPU);
+}
+
 namespace {
 
+// Control-plane exchanges are tiny: the CPU where the group moves it.
 at::TensorOptions control_tensor_options(const ProcessGroup& group, at::ScalarType dtype) {
-  // NCCL only moves CUDA tensors; Gloo only CPU ones.
-  const auto device =
-      group.options().backend == CommBackend::kNccl ? at::Device(at::kCUDA) : at::Device(at::kCPU);
-  return at::TensorOptions().dtype(dtype).device(device);
+  return at::TensorOptions().dtype(dtype).device(collective_device(group, at::Device(at::kCPU)));
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ RootState& idle_root_state(const UnitModule& root, const char* api) {
   RootState& state = root_state_of(root, api);
   for (const auto& unit : state.units()) {
     const auto& group = unit->params();
-    TORCH_CHECK(group.is_aliased() || (!group.is_gathered() && !group.is_in_flight()),
+    TORCH_CHECK(group.is_aliased() || !group.holds_gathered_buffer(),
                 "fsdp: ", api, " was called while unit '", unit->name(),
                 "' holds gathered parameters (inside forward or backward); call it between "
                 "training steps");
@@ -43,7 +43,7 @@ void GatherAccounting::output_kept(int64_t bytes) {
 }
 
 at::Device comm_device(const ProcessGroup& group) {
-  return group.options().backend == CommBackend::kNccl ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  return collective_device(group, at::Device(at::kCPU));  // See [Note: a group's device].
 }
 
 at::Tensor gather_unit_flat(const FlatParamGroup& group, const at::Tensor& local,

@@ -3,7 +3,9 @@
 // multi-rank logic is covered by the Gloo tests (docs/design.md section 8, "GPU").
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
 
 #include <cstdlib>
 
@@ -118,6 +120,42 @@ TEST(Gpu, CpuOffloadWithPinnedMemoryMatchesPlainTraining) {
     EXPECT_TRUE(p.device().is_cpu()) << "offloaded shards live on the host";
     EXPECT_TRUE(p.is_pinned()) << "and in pinned memory, for non-blocking copies";
   }
+}
+
+// [Note: no host sync in a training step]
+// A step of FSDP on CUDA queues its work and returns: the hooks, the
+// collectives, clipping (clip_grad_norm_tensor_) and the optimizer never wait
+// for the GPU, so the host runs ahead and the GPU never idles between
+// kernels. CUDA's sync-debug mode set to error turns any synchronizing call
+// (a .item(), a blocking copy, a stream sync) into an exception. The first
+// steps may sync (the allocator warms up, a unit copies its used-parameter
+// flags once); the steps after them must not.
+TEST(Gpu, SteadyStateStepsMakeNoHostSync) {
+  ASSERT_TRUE(at::hasCUDA());
+  auto config = tiny_gpt_config(true);
+  at::manual_seed(5);
+  const at::Tensor tokens = at::randint(0, config.vocab_size, {6, 8, config.context}).cuda();
+  models::GPT gpt(config);
+  gpt->to(at::kCUDA);
+  auto model = fully_shard(gpt, FullyShardOptions(nccl_world()));
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  const auto step = [&](int s) {
+    opt.zero_grad();
+    models::lm_loss(model->forward(tokens[s]), tokens[s]).backward();
+    clip_grad_norm_tensor_(*model, 1.0);
+    opt.step();
+  };
+  for (int s = 0; s < 2; ++s) step(s);
+  auto& sync_debug = c10::cuda::warning_state();
+  sync_debug.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  std::string error;
+  try {
+    for (int s = 2; s < 6; ++s) step(s);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  sync_debug.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  EXPECT_EQ(error, "") << "a steady-state step synchronized with the GPU";
 }
 
 }  // namespace

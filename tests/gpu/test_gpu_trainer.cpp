@@ -69,5 +69,25 @@ TEST(GpuTrainer, Bf16CheckpointingAndOffloadTrainOnCuda) {
   }
 }
 
+// Two ranks on the one GPU, through Gloo with host staging (--backend gloo),
+// train as the same two ranks do on the CPU.
+TEST(GpuTrainer, TwoRanksShareTheGpuThroughGlooAndTrackTheCpuRun) {
+  TrainerTempDir tmp;
+  const auto common = tiny({"--steps", "6", "--eval-every", "0", "--sample-bytes", "0"});
+  const auto cpu = run_trainer_ranks(concat(common, {"--run-dir", tmp / "cpu"}), 2);
+  expect_all_ok(cpu);
+  const auto gpu = run_trainer_ranks(
+      concat(common, {"--device", "cuda", "--backend", "gloo", "--run-dir", tmp / "gpu"}), 2);
+  expect_all_ok(gpu);
+  const auto on_cpu = read_metrics(tmp / "cpu");
+  const auto on_gpu = read_metrics(tmp / "gpu");
+  ASSERT_EQ(on_cpu.size(), 6u);
+  ASSERT_EQ(on_gpu.size(), 6u);
+  for (size_t i = 0; i < on_gpu.size(); ++i) {
+    expect_close(on_gpu[i]["loss"], on_cpu[i]["loss"], 1e-4, "step " + std::to_string(i + 1));
+  }
+  EXPECT_TRUE(contains(gpu[0].output, "a GPU (Gloo through host memory)")) << gpu[0].output;
+}
+
 }  // namespace
 }  // namespace fsdp::testing

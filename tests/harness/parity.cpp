@@ -75,7 +75,9 @@ at::Tensor local_rows(const at::Tensor& global, int rank, int world_size) {
 }
 
 double global_mean(ProcessGroup& group, double local) {
-  at::Tensor t = at::full({1}, local, at::kDouble);
+  // See [Note: a group's device]: on the CPU for Gloo, on the GPU otherwise.
+  at::Tensor t = at::full({1}, local, at::TensorOptions(at::kDouble).device(
+                                          collective_device(group, at::Device(at::kCPU))));
   group.all_reduce(t, ReduceOp::kSum)->wait();
   return t.item<double>() / group.size();
 }
@@ -93,8 +95,10 @@ double expect_shards_match(const UnitModule& root, const torch::nn::Module& refe
     EXPECT_NE(ref, nullptr) << context << ": reference has no parameter " << shard.name;
     if (!ref) continue;
     EXPECT_EQ(ref->sizes().vec(), shard.full_shape) << context << ": " << shard.name;
-    at::Tensor expected = ref->detach().reshape(-1).narrow(0, shard.flat_begin, shard.numel);
     at::Tensor actual = shard.param.detach().reshape(-1);
+    // On the shard's device: offloaded shards live on the host.
+    at::Tensor expected =
+        ref->detach().reshape(-1).narrow(0, shard.flat_begin, shard.numel).to(actual.device());
     EXPECT_EQ(actual.numel(), shard.numel) << context << ": " << shard.name;
     if (actual.numel() != expected.numel() || actual.numel() == 0) continue;
     const double diff = (actual - expected).abs().max().item<double>();

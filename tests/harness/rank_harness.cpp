@@ -58,6 +58,7 @@ void run_ranks(int world_size, const std::function<void(RankContext&)>& fn,
       try {
         GroupOptions group_options;
         group_options.timeout = options.comm_timeout;
+        group_options.host_staging = options.host_staging;
         groups[rank] = make_process_group(store, rank, world_size, group_options);
         RankContext ctx{rank, world_size, groups[rank], store};
         fn(ctx);

@@ -30,7 +30,7 @@ namespace fsdp::testing {
 struct RankContext {
   int rank;
   int world_size;
-  fsdp::ProcessGroupPtr group;  // Gloo, named "world", timeout = comm_timeout
+  fsdp::ProcessGroupPtr group;  // Gloo, named "world", timeout = comm_timeout (and host_staging)
   // The store `group` was made over, shared by all ranks; for tests that build
   // more groups (give them names other than "world").
   c10::intrusive_ptr<c10d::Store> store;
@@ -41,6 +41,9 @@ struct RankRunOptions {
   std::chrono::milliseconds timeout{120000};
   // The group's collective timeout (GroupOptions::timeout).
   std::chrono::milliseconds comm_timeout{30000};
+  // GroupOptions::host_staging: the groups also take CUDA tensors, so the
+  // ranks can share one GPU (the multi-rank lane of tests/gpu/).
+  bool host_staging = false;
 };
 
 void run_ranks(int world_size, const std::function<void(RankContext&)>& fn,

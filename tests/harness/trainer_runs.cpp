@@ -103,12 +103,13 @@ void expect_all_ok(const std::vector<ProcessResult>& results) {
   }
 }
 
-std::vector<nlohmann::json> read_metrics(const std::string& run_dir) {
-  std::ifstream in(fs::path(run_dir) / "metrics.jsonl");
-  std::vector<nlohmann::json> lines;
+std::vector<JsonValue> read_metrics(const std::string& run_dir) {
+  const fs::path path = fs::path(run_dir) / "metrics.jsonl";
+  std::ifstream in(path);
+  std::vector<JsonValue> lines;
   std::string line;
   while (std::getline(in, line)) {
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+    if (!line.empty()) lines.push_back(JsonValue::parse(line, path.string()));
   }
   return lines;
 }
@@ -121,9 +122,9 @@ std::string read_text(const std::string& path) {
 }
 
 // The metrics of `steps` (1-based step numbers), keyed by step.
-std::map<int64_t, nlohmann::json> by_step(const std::vector<nlohmann::json>& lines) {
-  std::map<int64_t, nlohmann::json> out;
-  for (const auto& j : lines) out[j.at("step").get<int64_t>()] = j;
+std::map<int64_t, JsonValue> by_step(const std::vector<JsonValue>& lines) {
+  std::map<int64_t, JsonValue> out;
+  for (const auto& j : lines) out.insert_or_assign(j.at("step").get<int64_t>(), j);
   return out;
 }
 

@@ -4,7 +4,6 @@
 // and its metrics.jsonl read back. Shared by test_trainer.cpp and
 // test_trainer_run_dir.cpp.
 
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -12,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/json_value.h"
 #include "harness/multiprocess.h"
 #include "harness/temp_dir.h"
 
@@ -47,10 +47,14 @@ std::string describe(const std::vector<ProcessResult>& results);
 void expect_all_ok(const std::vector<ProcessResult>& results);
 
 // The lines of <run_dir>/metrics.jsonl, and the same keyed by step.
-std::vector<nlohmann::json> read_metrics(const std::string& run_dir);
-std::map<int64_t, nlohmann::json> by_step(const std::vector<nlohmann::json>& lines);
+std::vector<JsonValue> read_metrics(const std::string& run_dir);
+std::map<int64_t, JsonValue> by_step(const std::vector<JsonValue>& lines);
 
 std::string read_text(const std::string& path);
 void expect_close(double a, double b, double rel, const std::string& what);
+// The same for two numbers read from JSON.
+inline void expect_close(const JsonValue& a, const JsonValue& b, double rel, const std::string& what) {
+  expect_close(a.get<double>(), b.get<double>(), rel, what);
+}
 
 }  // namespace fsdp::testing

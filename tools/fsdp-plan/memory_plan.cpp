@@ -168,11 +168,6 @@ double comm_scratch(const ModelSpec& m, const TrainingSetup& s) {
 
 }  // namespace
 
-int64_t shard_numel(int64_t numel, int shard_size) {
-  if (shard_size <= 1) return numel;
-  return (numel + shard_size - 1) / shard_size;
-}
-
 MemoryPlan plan_memory(const ModelSpec& m, const TrainingSetup& s, const PlanOptions& options) {
   MemoryPlan p;
   const int S = s.shard_size();

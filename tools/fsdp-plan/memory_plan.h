@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "fsdp/shard_size.h"
 #include "model_spec.h"
 #include "training_setup.h"
 
@@ -40,9 +41,9 @@ struct PlanOptions {
 MemoryPlan plan_memory(const ModelSpec& model, const TrainingSetup& setup,
                        const PlanOptions& options = {});
 
-// The elements of a unit's shard, padded as libfsdp pads (numel rounded up
-// to a multiple of the shard group, split evenly); the whole unit unpadded
-// when nothing is sharded.
-int64_t shard_numel(int64_t numel, int shard_size);
+// The elements of a unit's shard: the library's own arithmetic (numel
+// rounded up to a multiple of the shard group, split evenly; the whole unit
+// when nothing is sharded), so the plan pads exactly as training does.
+using fsdp::shard_numel;
 
 }  // namespace fsdp_plan

@@ -192,6 +192,7 @@ void report_ranks_not_ready(const std::vector<fsdp::RankNotReady>& not_ready,
 fsdp::GroupOptions group_options(const TrainOptions& o) {
   fsdp::GroupOptions options;
   options.backend = fsdp_train::training_backend(o);
+  options.host_staging = fsdp_train::stages_through_host(o);
   if (o.timeout > 0) {
     options.timeout =
         std::chrono::milliseconds(std::max<int64_t>(1, std::llround(o.timeout * 1000)));

@@ -7,9 +7,8 @@ namespace fsdp_train {
 std::vector<std::vector<int64_t>> gather_per_rank(fsdp::ProcessGroup& group,
                                                   const std::vector<int64_t>& mine) {
   const int64_t n = static_cast<int64_t>(mine.size());
-  // NCCL moves only CUDA tensors, Gloo only CPU ones.
-  const at::Device device(group.options().backend == fsdp::CommBackend::kNccl ? at::kCUDA
-                                                                              : at::kCPU);
+  // See [Note: a group's device].
+  const at::Device device = fsdp::collective_device(group, at::Device(at::kCPU));
   at::Tensor in = at::tensor(at::ArrayRef<int64_t>(mine), at::kLong).to(device);
   at::Tensor all = at::empty({group.size() * n}, in.options());
   group.all_gather(all, in)->wait();

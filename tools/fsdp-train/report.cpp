@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "text_format.h"
+#include "training_device.h"
 
 namespace fsdp_train {
 
@@ -16,9 +17,10 @@ void print_header(const RunHeader& h) {
              "parameters ({})\n",
              o.layers, o.width, o.heads, o.context, static_cast<double>(h.num_params) / 1e6,
              human_bytes(h.unsharded_param_bytes));
-  const std::string where = o.device == "cuda"
-                                ? std::string("one GPU (NCCL)")
-                                : fmt::format("{} thread{}", h.threads, h.threads == 1 ? "" : "s");
+  std::string where = fmt::format("{} thread{}", h.threads, h.threads == 1 ? "" : "s");
+  if (o.device == "cuda") {
+    where = stages_through_host(o) ? "a GPU (Gloo through host memory)" : "one GPU (NCCL)";
+  }
   fmt::print("  ranks     {} ({}), {} each; strategy {}, {}, prefetch {}, offload {}, "
              "activation checkpointing {}{}\n",
              b.world_size, h.launcher, where, o.strategy,

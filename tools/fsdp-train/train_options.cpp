@@ -132,6 +132,11 @@ void add_fsdp_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
                        "cpu | cuda: cuda puts each rank on the GPU its LOCAL_RANK names and "
                        "communicates with NCCL (a CUDA build of LibTorch; one rank per GPU)")
           ->capture_default_str());
+  rec(fsdp->add_option("--backend", o.backend,
+                       "gloo | nccl; default: gloo on the CPU, nccl with --device cuda. With "
+                       "--device cuda, gloo moves the GPU tensors through host memory, so "
+                       "several ranks may share one GPU: slow, for running and debugging a "
+                       "multi-rank GPU job on one GPU"));
   rec(fsdp->add_option("--strategy", o.strategy,
                        "full (ZeRO-3) | grad-op (ZeRO-2) | none (DDP-like) | hybrid (full within "
                        "each node of LOCAL_WORLD_SIZE ranks, replicated across nodes)")
@@ -215,6 +220,11 @@ void add_output_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
                     "time the framework itself: the wall time inside FSDP's hooks each step, "
                     "per rank and by hook, in metrics.jsonl (hook_us, hook_us_by_range) and "
                     "the summary; costs a few microseconds per unit per step"));
+  rec(out->add_flag("--phase-times", o.phase_times,
+                    "where the step's time goes: forward, backward, clipping, the optimizer "
+                    "and the loss all-reduce, each timed to the end of its device work (the "
+                    "device is synchronized after each, which slows the step a little); "
+                    "medians printed in the summary"));
   rec(out->add_flag("--quiet", o.quiet, "no progress lines and no printed sample (sample.txt is still written); the header and summary only"));
 }
 

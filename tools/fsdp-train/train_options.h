@@ -45,6 +45,7 @@ struct TrainOptions {
 
   // Where and how it runs.
   std::string device = "cpu";             // cpu | cuda (training_device.h)
+  std::string backend;                    // "" (cpu: gloo, cuda: nccl) | gloo | nccl
   std::string strategy = "full";          // full | grad-op | none | hybrid
   std::string mixed_precision = "fp32";   // fp32 | bf16
   bool offload = false;
@@ -72,6 +73,7 @@ struct TrainOptions {
   int64_t log_every = 0;   // progress lines when stdout is not a terminal; 0 = auto
   bool quiet = false;
   bool hook_times = false;  // time inside FSDP's hooks per step (fsdp::HookTimer)
+  bool phase_times = false;  // each step phase's time, the device synchronized (phase_times.h)
 
   // Options given explicitly on the command line (long names without "--"),
   // so a resumed run can adopt the rest from the checkpoint.

@@ -29,6 +29,7 @@
 #include "memory_check.h"
 #include "metrics_log.h"
 #include "output_file.h"
+#include "phase_times.h"
 #include "peak_memory.h"
 #include "plot.h"
 #include "progress.h"
@@ -89,7 +90,8 @@ class Trainer {
         sampler_(setup.corpus, o_.context, o_.seed),
         schedule_{o_.lr, o_.min_lr, o_.warmup, o_.steps},
         tokens_per_step_(static_cast<double>(o_.batch * o_.context)),
-        measures_(setup.device) {}
+        measures_(setup.device),
+        phases_(setup.device, o_.phase_times) {}
 
   int run();
 
@@ -102,7 +104,13 @@ class Trainer {
   // The loop.
   LoopOutcome train_loop(Progress& progress);
   AgreedStep optimizer_step(int64_t step, Clock::time_point train_start);
-  double train_step(int64_t step);
+  at::Tensor train_step(int64_t step);  // this rank's mean loss, on the device
+  // A batch tensor on the training device: on CUDA through pinned memory,
+  // without waiting for the GPU.
+  at::Tensor to_device(const at::Tensor& host) const {
+    if (!s_.device.is_cuda()) return host;
+    return host.pin_memory().to(s_.device, /*non_blocking=*/true);
+  }
   StepRecord step_record(int64_t step, const AgreedStep& agreed, Clock::time_point step_start);
   void show_step(Progress& progress, const StepRecord& record, bool last);
   void save_step_checkpoint(Progress& progress, int64_t step);
@@ -116,9 +124,9 @@ class Trainer {
   void report(const LoopOutcome& loop, std::vector<RankMemory> memory,
               const std::string& final_dir, const std::string& sample);
   std::string write_sample(const std::string& sample) const;
-  // Small tensors for the trainer's own collectives: on the GPU with NCCL.
+  // Small tensors for the trainer's own collectives. See [Note: a group's device].
   at::TensorOptions collective_options(at::ScalarType dtype) const {
-    return at::TensorOptions().dtype(dtype).device(s_.device);
+    return at::TensorOptions().dtype(dtype).device(fsdp::collective_device(world_, s_.device));
   }
 
   TrainSetup& s_;
@@ -138,6 +146,7 @@ class Trainer {
   int64_t start_step_ = 0;
   double recent_step_s_ = 0;  // moving average of the step time
   StepMeasures measures_;  // constructed before the model is built
+  PhaseTimer phases_;      // --phase-times
 };
 
 // Every collective below runs on every rank in the same order; only what
@@ -261,24 +270,34 @@ LoopOutcome Trainer::train_loop(Progress& progress) {
 
 AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) {
   measures_.start_step(**model_);
-  const double local_loss = train_step(step);
-  AgreedStep agreed;
-  agreed.grad_norm = fsdp::clip_grad_norm_(
+  phases_.start_step();
+  const at::Tensor local_loss = train_step(step);
+  const at::Tensor grad_norm = fsdp::clip_grad_norm_tensor_(
       **model_, o_.clip > 0 ? o_.clip : std::numeric_limits<double>::infinity());
+  phases_.end_phase(StepPhase::kClip);
   optimizer_->step();
+  phases_.end_phase(StepPhase::kOptimizer);
 
-  // One all-reduce carries the global mean loss and the stop decision, so
-  // every rank stops after the same step (clocks differ between ranks).
+  // [Note: the step's one read-back]
+  // The loss and the norm stay on the device through the step; one
+  // all-reduce carries the global mean loss and the stop decision (so every
+  // rank stops after the same step: clocks differ between ranks), and the
+  // host reads its result once, after the whole step is queued.
   const bool over_budget = o_.time_budget > 0 && seconds_since(train_start) >= o_.time_budget;
-  at::Tensor sums = at::tensor({local_loss, over_budget ? 1.0 : 0.0}, at::kDouble)
-                        .to(collective_options(at::kDouble));
+  const auto options = collective_options(at::kDouble);
+  at::Tensor sums = at::stack({local_loss.to(options), at::full({}, over_budget ? 1.0 : 0.0, options)});
   world_.all_reduce(sums, fsdp::ReduceOp::kSum)->wait();
-  agreed.loss = sums[0].item<double>() / world_.size();
-  agreed.over_budget = sums[1].item<double>() > 0;
+  const at::Tensor host_sums = sums.cpu();
+  AgreedStep agreed;
+  agreed.loss = host_sums[0].item<double>() / world_.size();
+  agreed.over_budget = host_sums[1].item<double>() > 0;
+  agreed.grad_norm = grad_norm.item<double>();  // computed before the all-reduce: no wait
+  phases_.end_phase(StepPhase::kBookkeeping);
+  phases_.finish_step();
   return agreed;
 }
 
-double Trainer::train_step(int64_t step) {
+at::Tensor Trainer::train_step(int64_t step) {
   fsdp::Sharded<GPT>& model = *model_;
   const double lr = schedule_.at(step);
   for (auto& group : optimizer_->param_groups()) {
@@ -287,17 +306,22 @@ double Trainer::train_step(int64_t step) {
   zero_gradients(**model_);
   const BatchLayout& b = s_.layout;
   const int64_t first_row = static_cast<int64_t>(world_.rank()) * b.per_rank;
-  double loss_sum = 0;
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions(at::kDouble).device(s_.device));
   for (int64_t m = 0; m < b.grad_accum; ++m) {
     // Gradients are synchronized once per step: on the last micro-batch.
     std::optional<fsdp::NoSyncGuard> no_sync;
     if (m + 1 < b.grad_accum) no_sync.emplace(*model);
     const Batch batch = sampler_.rows(Split::kTrain, step, first_row + m * b.micro_batch,
                                       b.micro_batch);
-    at::Tensor logits = model->forward(batch.inputs.to(s_.device)).to(at::kFloat);
-    at::Tensor loss = fsdp::models::lm_loss(logits, batch.targets.to(s_.device));
+    // Both copies queued before the forward, neither waiting for the GPU.
+    const at::Tensor inputs = to_device(batch.inputs);
+    const at::Tensor targets = to_device(batch.targets);
+    at::Tensor logits = model->forward(inputs).to(at::kFloat);
+    at::Tensor loss = fsdp::models::lm_loss(logits, targets);
+    phases_.end_phase(StepPhase::kForward);
     (loss / static_cast<double>(b.grad_accum)).backward();
-    loss_sum += loss.item<double>();
+    phases_.end_phase(StepPhase::kBackward);
+    loss_sum += loss.detach();
   }
   return loss_sum / static_cast<double>(b.grad_accum);
 }
@@ -446,6 +470,8 @@ void Trainer::report(const LoopOutcome& loop, std::vector<RankMemory> memory,
   summary.plot_error = plot.error;
   if (!sample.empty()) summary.sample_file = write_sample(sample);
   print_summary(summary);
+  // The first two steps warm the allocator and the kernels up.
+  if (phases_.enabled()) fmt::print("{}", phases_.summary(2));
 }
 
 // sample.txt (the prompt and what followed it), echoed unless --quiet.

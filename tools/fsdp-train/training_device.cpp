@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
+
 #if defined(FSDP_WITH_NCCL)  // a CUDA build of LibTorch: its CUDA headers are there
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -13,6 +15,13 @@ namespace fsdp_train {
 void validate_device(const TrainOptions& o, std::vector<std::string>& errors) {
   if (o.device != "cpu" && o.device != "cuda") {
     errors.push_back(fmt::format("--device '{}' is not one of: cpu, cuda", o.device));
+  }
+  if (!o.backend.empty() && o.backend != "gloo" && o.backend != "nccl") {
+    errors.push_back(fmt::format("--backend '{}' is not one of: gloo, nccl", o.backend));
+  }
+  if (o.device != "cuda" && o.backend == "nccl") {
+    errors.push_back("--backend nccl moves CUDA tensors only; pass --device cuda with it, or "
+                     "leave out --backend (the CPU uses gloo)");
   }
   if (o.device == "cuda" && o.deferred_init) {
     // Deferred init materializes each module on the CPU; on a GPU the whole
@@ -36,12 +45,14 @@ std::string check_device(const TrainOptions& o, int local_world_size) {
     return "--device cuda: no CUDA GPU is visible to this process (check nvidia-smi and "
            "CUDA_VISIBLE_DEVICES), or pass --device cpu";
   }
-  if (local_world_size > gpus) {
+  if (local_world_size > gpus && !stages_through_host(o)) {
     return fmt::format(
         "--device cuda: this node runs {} ranks but has {} GPU{}, and each rank needs a GPU of "
         "its own (NCCL cannot put two ranks on one); run at most {} rank{} per node "
-        "(fsdp-run --nproc-per-node {})",
-        local_world_size, gpus, gpus == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s", gpus);
+        "(fsdp-run --nproc-per-node {}), or pass --backend gloo to share the GPU{} through "
+        "host memory (slow: for debugging)",
+        local_world_size, gpus, gpus == 1 ? "" : "s", gpus, gpus == 1 ? "" : "s", gpus,
+        gpus == 1 ? "" : "s");
   }
   return "";
 #endif
@@ -49,14 +60,23 @@ std::string check_device(const TrainOptions& o, int local_world_size) {
 
 c10::Device select_training_device(const TrainOptions& o, int local_rank) {
   if (o.device != "cuda") return c10::Device(c10::kCPU);
-  const c10::Device gpu(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  // check_device let more ranks than GPUs through only for --backend gloo.
+  const int gpus = std::max<int>(1, static_cast<int>(torch::cuda::device_count()));
+  const c10::Device gpu(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));
   // See [Note: one GPU per rank, chosen by LOCAL_RANK] in training_device.h.
   c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(gpu);
   return gpu;
 }
 
 fsdp::CommBackend training_backend(const TrainOptions& o) {
-  return o.device == "cuda" ? fsdp::CommBackend::kNccl : fsdp::CommBackend::kGloo;
+  if (o.backend.empty()) {
+    return o.device == "cuda" ? fsdp::CommBackend::kNccl : fsdp::CommBackend::kGloo;
+  }
+  return o.backend == "nccl" ? fsdp::CommBackend::kNccl : fsdp::CommBackend::kGloo;
+}
+
+bool stages_through_host(const TrainOptions& o) {
+  return o.device == "cuda" && training_backend(o) == fsdp::CommBackend::kGloo;
 }
 
 void reset_device_peak_memory(const c10::Device& device) {

@@ -25,15 +25,21 @@ namespace fsdp_train {
 void validate_device(const TrainOptions& options, std::vector<std::string>& errors);
 
 // What is wrong with --device on this rank (the build has no CUDA, the node
-// has fewer GPUs than ranks); "" when it can be used. Every rank of a node
-// reaches the same verdict: the GPU count and LOCAL_WORLD_SIZE are shared.
+// has fewer GPUs than ranks with NCCL); "" when it can be used. Every rank of
+// a node reaches the same verdict: the GPU count and LOCAL_WORLD_SIZE are
+// shared.
 std::string check_device(const TrainOptions& options, int local_world_size);
 
 // The device this rank trains on; for CUDA it also becomes the current one.
+// With --backend gloo, ranks may outnumber the GPUs and share them
+// round-robin (LOCAL_RANK modulo the GPU count).
 c10::Device select_training_device(const TrainOptions& options, int local_rank);
 
-// The backend of the world group for --device: NCCL for CUDA, else Gloo.
+// The world group's options for --device and --backend: NCCL for CUDA
+// unless --backend gloo asks for Gloo with host staging (GroupOptions::
+// host_staging); Gloo on the CPU.
 fsdp::CommBackend training_backend(const TrainOptions& options);
+bool stages_through_host(const TrainOptions& options);
 
 // The caching allocator's peaks on a CUDA device since the last reset
 // (torch.cuda.max_memory_allocated / max_memory_reserved); zero on the CPU.

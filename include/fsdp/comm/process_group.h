@@ -12,6 +12,7 @@
 // the same sequence always match up.
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
@@ -47,6 +48,14 @@ struct GroupOptions {
   std::chrono::milliseconds timeout = default_comm_timeout();
   // kGloo for CPU tensors; kNccl for CUDA tensors (needs a CUDA build).
   CommBackend backend = CommBackend::kGloo;
+  // kGloo only: the collectives take CUDA tensors (only those, as NCCL),
+  // copied through pinned host memory and ordered against the current CUDA
+  // stream. It lets several ranks share one GPU, which NCCL refuses: for
+  // running and debugging a multi-rank CUDA job on one GPU, not for speed
+  // (each collective waits for the stream). Never chosen unless set; with
+  // kNccl it is an error.
+  // See [Note: collectives of CUDA tensors through host memory] in src/comm.
+  bool host_staging = false;
   // Shown in error messages, e.g. "world" or "shard[0]".
   std::string name = "world";
   // The local address Gloo binds to and peers connect to. The default suits
@@ -131,6 +140,18 @@ class ProcessGroup {
 };
 
 using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
+
+// [Note: a group's device]
+// A tensor handed to a group lives on a device the group moves: CUDA for
+// NCCL and for Gloo with host_staging, the CPU for plain Gloo. That holds for
+// scalars too (a loss or a norm to all-reduce): build them with
+// collective_device(). Each collective refuses a tensor elsewhere, naming
+// the operation, the group and the fix.
+//
+// The device a tensor for `group` should live on: `preferred` when the group
+// moves tensors there, else the group's own (the current CUDA device for
+// NCCL, the CPU for Gloo).
+at::Device collective_device(const ProcessGroup& group, at::Device preferred);
 
 // A group over an existing store (FileStore, TCPStore, HashStore...).
 ProcessGroupPtr make_process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,

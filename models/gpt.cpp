@@ -11,6 +11,7 @@
 
 #include "fsdp/deferred_init.h"
 #include "fsdp/models/gpt_size.h"
+#include "torch_features.h"
 
 namespace fsdp::models {
 
@@ -48,19 +49,40 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
 // (1.0 -> true). The buffer keeps its name and its dtype, so checkpoints hold
 // what they held.
 
+// [Note: attention with SDPA]
+// Materializing the scores [B, H, T, T] and running scale, mask and softmax
+// as separate passes reads and writes them four times; at a 1 B GPT on an
+// H200 that is a large share of the forward. at::scaled_dot_product_attention
+// with is_causal does the same arithmetic in one fused kernel (flash or
+// memory-efficient attention on CUDA, a blocked flash kernel on the CPU)
+// and never stores the scores. It rounds differently, so losses on LibTorch
+// 2.x differ from 1.13's in the last bits; the FSDP2 peer
+// (bench/peers/fsdp2_gpt.py) uses the same call so the comparison stays
+// like for like. On LibTorch 1.13, which lacks it, forward keeps the
+// explicit path below, bit for bit what it was. The mask buffer stays
+// registered on both, so checkpoints hold what they held.
+
+bool CausalSelfAttentionImpl::keeps_attention_scores() { return FSDP_MODELS_SDPA == 0; }
+
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t hd = C / n_head_;
   auto qkv = qkv_->forward(x).view({B, T, 3, n_head_, hd}).permute({2, 0, 3, 1, 4});
   at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // [B, H, T, hd]
+#if FSDP_MODELS_SDPA
+  // See [Note: attention with SDPA].
+  at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                  /*is_causal=*/true);
+#else
   at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   // See [Note: the causal mask after Module::to].
   at::Tensor future = mask_.narrow(0, 0, T).narrow(1, 0, T);
   if (future.scalar_type() != at::kBool) future = future.to(at::kBool);
   att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
   att = at::softmax(att, -1);
-  at::Tensor y = at::matmul(att, v).transpose(1, 2).reshape({B, T, C});
-  return proj_->forward(y);
+  at::Tensor y = at::matmul(att, v);
+#endif
+  return proj_->forward(y.transpose(1, 2).reshape({B, T, C}));
 }
 
 BlockImpl::BlockImpl(const GPTConfig& config) {

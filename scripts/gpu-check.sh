@@ -40,7 +40,7 @@ step() {
 
 date -u
 nvidia-smi -L || true
-echo "cores: $(nproc), commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "cores: $(nproc), commit: ${FSDP_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
 TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 NCCL_INC=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' 2>/dev/null || true)

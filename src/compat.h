@@ -10,13 +10,23 @@
 //   c10::Allocator: 2.3+ made allocate() non-const and added a pure virtual
 //     copy_data(); see FSDP_ALLOCATOR_2_3.
 //   at::_foreach_mul_ by a tensor: 2.1+; see FSDP_HAS_FOREACH_MUL_TENSOR.
+//   c10d::Store::clone(): pure virtual in recent releases; see
+//     [Note: a store that clones itself].
 //   TCPStore server: 2.4+ defaults to the libuv server, which builds without
 //     libuv (Debian's) refuse; see use_classic_tcpstore_server.
+//   fused AdamW: at::_fused_adamw_ has had a CPU kernel, beside the CUDA
+//     one, since 2.4; fsdp::FusedAdamW uses it from 2.4 (FSDP_FUSED_ADAMW),
+//     so that one build serves both devices.
+//   scaled_dot_product_attention: 2.0+. Only the demo GPT in models/ uses
+//     it, and models/ sees libfsdp's public headers only, so that one test
+//     lives in models/torch_features.h.
 
 #include <c10/core/StorageImpl.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/version.h>
 
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -45,7 +55,39 @@
 #define FSDP_HAS_FOREACH_MUL_TENSOR 0
 #endif
 
+// at::_fused_adamw_ on CPU and CUDA: 2.4+ (fsdp::FusedAdamW's step).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define FSDP_FUSED_ADAMW 1
+#else
+#define FSDP_FUSED_ADAMW 0
+#endif
+
 namespace fsdp::compat {
+
+// [Note: a store that clones itself]
+// Recent LibTorch made c10d::Store::clone() (a thread-safe copy over the same
+// underlying store) pure virtual; 1.13 and 2.6 have none. A store of ours
+// derives from CloneableStore<Self>, which overrides clone() where the base
+// declares it, calling Self::clone_store(), and adds nothing where it does
+// not. Detected, not versioned: the release that added it is not ours to know.
+template <class S, class = void>
+struct StoreDeclaresClone : std::false_type {};
+template <class S>
+struct StoreDeclaresClone<S, std::void_t<decltype(std::declval<S&>().clone())>> : std::true_type {};
+
+template <class Self, bool = StoreDeclaresClone<c10d::Store>::value>
+class CloneableStore : public c10d::Store {
+ public:
+  using c10d::Store::Store;
+};
+
+template <class Self>
+class CloneableStore<Self, true> : public c10d::Store {
+ public:
+  using c10d::Store::Store;
+  c10::intrusive_ptr<c10d::Store> clone() override { return static_cast<Self*>(this)->clone_store(); }
+};
+
 
 #if TORCH_VERSION_MAJOR >= 2
 using C10dBackend = c10d::Backend;
@@ -101,6 +143,46 @@ template <class TCPStoreOptions>
 void use_classic_tcpstore_server(TCPStoreOptions& options) {
   if constexpr (HasUseLibUV<TCPStoreOptions>::value) options.useLibUV = false;
 }
+
+// [Note: no raw LibTorch log line while a store connects]
+// c10d logs while a TCPStore connects: a server's failed bind ("[W
+// socket.cpp:...] The server socket has failed to bind ... Address already
+// in use"), a client's failed attempts. Debian's 1.13 logs through glog,
+// which first prints "WARNING: Logging before InitGoogleLogging() is written
+// to STDERR"; 2.x logs through c10's own logger. Our error says the same and
+// what to do, so while a store connects LibTorch's log threshold is raised to
+// FATAL (glog's minloglevel in 1.13, c10's caffe2_log_level in 2.x), and then
+// restored. The threshold is global: other threads' warnings in that window
+// are dropped too, once per job. Overlapping holders (ranks on threads, in
+// tests) share one saved value.
+class QuietLibTorchLog {
+ public:
+  QuietLibTorchLog() {
+    std::lock_guard<std::mutex> lock(mu());
+    if (holders()++ == 0) {
+      saved() = threshold();
+      threshold() = 3;  // FATAL, in glog and in c10 alike
+    }
+  }
+  ~QuietLibTorchLog() {
+    std::lock_guard<std::mutex> lock(mu());
+    if (--holders() == 0) threshold() = saved();
+  }
+  QuietLibTorchLog(const QuietLibTorchLog&) = delete;
+  QuietLibTorchLog& operator=(const QuietLibTorchLog&) = delete;
+
+ private:
+  static int& threshold() {
+#ifdef C10_USE_GLOG
+    return FLAGS_minloglevel;
+#else
+    return FLAGS_caffe2_log_level;
+#endif
+  }
+  static std::mutex& mu() { static std::mutex m; return m; }
+  static int& holders() { static int n = 0; return n; }
+  static int& saved() { static int value = 0; return value; }
+};
 
 #if defined(FSDP_WITH_NCCL)
 // LibTorch >= 2.4 warns at exit unless a ProcessGroupNCCL is shut down

@@ -8,3 +8,5 @@ set_tests_properties(Multihost.MpirunLaunch PROPERTIES LABELS "mpirun")
 # Appended: test_launcher's cases also carry `sanitize`.
 set_property(TEST Launcher.WorkerStoppedLongerThanTheTimeoutIsNamedAndTheJobEnds
                   Launcher.WorkerContinuedInTimeIsLeftAlone APPEND PROPERTY LABELS "signals")
+set_tests_properties(RendezvousDeadline.RankZeroStoppedBeforeTheGroupExistsFailsEveryOtherRankNamingIt
+                     PROPERTIES LABELS "signals")

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "checkpoint/index.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/training_state.h"
 #include "fsdp/fsdp.h"
@@ -201,8 +202,66 @@ TEST_F(TrainingStateTest, StrictLoadRefusesIncompleteOptimizerState) {
     EXPECT_THROWS_WITH(ckpt::load_training_state(*ctx.group, ckpt, *model, opt.get()),
                        "its optimizer state is incomplete for 1 parameter (the others have "
                        "exp_avg, exp_avg_sq, step):\n  'layers.0.weight' lacks exp_avg, exp_avg_sq");
+    // Issue #35: what a user of fsdp-train, which has no strict=false, can do.
+    EXPECT_THROWS_WITH(ckpt::load_training_state(*ctx.group, ckpt, *model, opt.get()),
+                       "Resume from a checkpoint whose optimizer state is whole instead (with "
+                       "fsdp-train: --resume <that checkpoint's dir>");
     // Asked for, a non-strict load accepts it.
     ckpt::load_training_state(*ctx.group, ckpt, *model, opt.get(), /*strict=*/false);
+  });
+}
+
+// Drops index.json's record of which parameters had optimizer state, as a
+// checkpoint saved before it was recorded lacks it.
+void drop_optimizer_state_record(const std::string& dir) {
+  const std::string path = dir + "/index.json";
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  rapidjson::Document index;
+  index.Parse(text.str().c_str());
+  ASSERT_FALSE(index.HasParseError());
+  ASSERT_TRUE(index.RemoveMember("params_with_optimizer_state"));
+  rapidjson::StringBuffer out;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(out);
+  index.Accept(writer);
+  std::ofstream(path, std::ios::trunc) << out.GetString();
+}
+
+// Issue #35, point 3 ([Note: a strict load tells lost optimizer state from
+// none]): every optimizer entry of one parameter removed, step included,
+// used to look like a parameter that never had state and load silently. The
+// index records which parameters had state, so a strict load refuses it;
+// a checkpoint without that record loads as before.
+TEST_F(TrainingStateTest, StrictLoadRefusesAParameterThatLostAllItsOptimizerState) {
+  const std::string ckpt = (dir_ / "lost-optim").string();
+  run_ranks(2, [&](RankContext& ctx) {
+    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions(ctx.group));
+    auto opt = adamw(model->parameters());
+    model->forward(at::ones({4, 7})).sum().backward();
+    opt->step();
+    ckpt::save_training_state(*ctx.group, ckpt, *model, opt.get());
+  });
+  const ckpt::Reader saved = ckpt::Reader::open(ckpt);
+  const auto& recorded = saved.index().params_with_optimizer_state;
+  ASSERT_TRUE(recorded.has_value());
+  EXPECT_NE(std::find(recorded->begin(), recorded->end(), "layers.0.weight"), recorded->end());
+  drop_from_index(ckpt, {"optim/layers.0.weight/exp_avg", "optim/layers.0.weight/exp_avg_sq",
+                         "optim/layers.0.weight/step"});
+  ckpt::Reader::open(ckpt).verify_all();  // still a valid checkpoint
+  run_ranks(2, [&](RankContext& ctx) {
+    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions(ctx.group));
+    auto opt = adamw(model->parameters());
+    EXPECT_THROWS_WITH(ckpt::load_training_state(*ctx.group, ckpt, *model, opt.get()),
+                       "its optimizer state is incomplete for 1 parameter (the others have "
+                       "exp_avg, exp_avg_sq, step):\n  'layers.0.weight' lacks exp_avg, "
+                       "exp_avg_sq, step (all of its state, which the index records it had)");
+    ckpt::load_training_state(*ctx.group, ckpt, *model, opt.get(), /*strict=*/false);
+  });
+  drop_optimizer_state_record(ckpt);
+  run_ranks(2, [&](RankContext& ctx) {
+    auto model = fully_shard(Mlp(7, 10, 3, true), FullyShardOptions(ctx.group));
+    auto opt = adamw(model->parameters());
+    ckpt::load_training_state(*ctx.group, ckpt, *model, opt.get());  // as before the record
   });
 }
 

@@ -299,3 +299,21 @@ TEST(FsdpCkptTool, ARunDirMeansItsNewestCheckpointThatVerifies) {
   EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000080")) << "clean removes partials only";
   EXPECT_EQ(Reader::open(run + "/checkpoint").step(), 77);
 }
+
+// Issue #35, point 4: clean of a path that is no run dir said "0 partial
+// checkpoints removed" and exited 0, as for a clean run dir.
+TEST(FsdpCkptTool, CleanRefusesAMissingPathOrARegularFile) {
+  TempDir tmp;
+  const CommandRun missing = fsdp_ckpt("clean " + tmp / "nonexistent");
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_TRUE(contains(missing.output, "run dir '" + tmp / "nonexistent" + "' does not exist; give "
+                                       "the directory fsdp-train wrote (its --run-dir)"))
+      << missing.output;
+  const std::string file = tmp / "notes.txt";
+  std::ofstream(file) << "not a run dir\n";
+  const CommandRun regular = fsdp_ckpt("clean " + file);
+  EXPECT_EQ(regular.exit_code, 1) << regular.output;
+  EXPECT_TRUE(contains(regular.output, "'" + file + "' is not a directory; give a run dir"))
+      << regular.output;
+  EXPECT_FALSE(contains(missing.output + regular.output, "partial checkpoints removed"));
+}

@@ -22,9 +22,14 @@ compares the step losses with fsdp-train's):
   - the batches (tools/fsdp-train/corpus.cpp): row r of step s starts at
     splitmix64 of (seed, split, s, r) modulo (bytes - context); rank k of N
     trains rows [k B/N, (k+1) B/N);
+  - the attention: torch's scaled_dot_product_attention with is_causal, as
+    models/gpt.cpp calls on LibTorch 2.x (explicit scores, mask and softmax
+    only on 1.13, where neither side has it);
   - the optimizer (tools/fsdp-train/gpt_setup.cpp, lr_schedule.cpp): AdamW
     with betas (0.9, 0.95), eps 1e-8, weight decay on the non-norm weights
-    only, linear warmup then cosine decay, the global gradient norm clipped.
+    only, linear warmup then cosine decay, the global gradient norm clipped;
+    fused (AdamW(fused=True)), as fsdp-train's fsdp::FusedAdamW, unless
+    --no-fused-adamw.
 Initial weights match bit for bit only where this torch and fsdp-train's
 LibTorch are the same release (their random kernels change between them).
 
@@ -81,6 +86,9 @@ def parse_args(argv=None):
     p.add_argument("--activation-checkpointing", choices=["none", "all"], default="none")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--metrics", help="JSON lines, one per step (rank 0)")
+    p.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction, default=True,
+                   help="AdamW(fused=True), one kernel per step, as fsdp-train's "
+                        "fsdp::FusedAdamW (default); --no-fused-adamw for the for-each one")
     p.add_argument("--hook-times", action="store_true",
                    help="time the wall time inside FSDP2's hooks each step, as fsdp-train "
                         "--hook-times does libfsdp's")
@@ -154,9 +162,10 @@ class Attention(nn.Module):
         b, t, c = x.shape
         hd = c // self.heads
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, hd).permute(2, 0, 3, 1, 4)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        att = att.masked_fill(self.mask[:t, :t], float("-inf")).softmax(-1)
-        return self.proj((att @ v).transpose(1, 2).reshape(b, t, c))
+        # models/gpt.cpp's [Note: attention with SDPA]; the mask buffer stays
+        # for the same state dict.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
 
 class Block(nn.Module):
@@ -228,7 +237,7 @@ def make_optimizer(model, a):
         (decay if name.endswith(".weight") and "ln" not in name else no_decay).append(p)
     groups = [dict(params=decay, weight_decay=a.weight_decay),
               dict(params=no_decay, weight_decay=0.0)]
-    return torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    return torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=a.fused_adamw)
 
 
 def make_fsdp2_run_on_cpu():

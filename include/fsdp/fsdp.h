@@ -11,6 +11,7 @@
 //   fsdp/cpu_allocation_counter.h  live and peak bytes of CPU tensor memory
 //   fsdp/fully_shard.h         fully_shard(), no_sync
 //   fsdp/clip_grad.h           clip_grad_norm_ across shards
+//   fsdp/fused_adamw.h         FusedAdamW: torch::optim::AdamW in one fused kernel
 //   fsdp/summon_full_params.h  full parameters outside training (scoped guard)
 //   fsdp/deferred_init.h       defer_init: models too big for one rank
 //   fsdp/introspection.h       shard placement and memory accounting
@@ -42,6 +43,7 @@
 #include "fsdp/deferred_init.h"
 #include "fsdp/error_message.h"
 #include "fsdp/fully_shard.h"
+#include "fsdp/fused_adamw.h"
 #include "fsdp/hook_timer.h"
 #include "fsdp/introspection.h"
 #include "fsdp/optim_state_dict.h"

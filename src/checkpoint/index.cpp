@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include <filesystem>
+#include <set>
 #include <unordered_set>
 
 #include "checkpoint/atomic_file.h"
@@ -29,12 +30,36 @@ std::string rank_file_name(int rank, int world_size) {
   return name;
 }
 
+std::string optimizer_entry_name(const std::string& param, const std::string& field) {
+  return "optim/" + param + "/" + field;
+}
+
+std::optional<std::string> optimizer_entry_param(const std::string& tensor_name) {
+  const std::string prefix = "optim/";
+  const size_t last_slash = tensor_name.rfind('/');
+  if (tensor_name.rfind(prefix, 0) != 0 || last_slash <= prefix.size()) return std::nullopt;
+  return tensor_name.substr(prefix.size(), last_slash - prefix.size());
+}
+
+std::vector<std::string> params_with_optimizer_entries(const std::vector<TensorInfo>& tensors) {
+  std::set<std::string> params;
+  for (const auto& t : tensors) {
+    if (auto param = optimizer_entry_param(t.name)) params.insert(*param);
+  }
+  return {params.begin(), params.end()};
+}
+
 std::string Index::to_json() const {
   json::Writer w(/*indent=*/1);
   w.begin_object();
   w.member("format", kFormatName).member("format_version", format_version);
   w.member("world_size", world_size).member("step", step);
   w.key("extras").raw(extras_json.empty() ? "{}" : extras_json);
+  if (params_with_optimizer_state) {
+    w.key("params_with_optimizer_state").begin_array();
+    for (const auto& param : *params_with_optimizer_state) w.value(param);
+    w.end_array();
+  }
   w.key("checksum").begin_object();
   w.member("algorithm", "xxh64").member("seed", 0).member("block_bytes", checksum_block_bytes);
   w.end_object();
@@ -117,6 +142,10 @@ Index Index::from_json(const std::string& text, const std::string& source) {
     TORCH_CHECK(extras.IsObject(), "fsdp: ", source, ": field 'extras' is not an object (it is ",
                 json::kind_name(extras), ")");
     index.extras_json = json::to_text(extras);
+  }
+  if (json::has(j, "params_with_optimizer_state")) {
+    index.params_with_optimizer_state =
+        json::string_array_field(j, "params_with_optimizer_state", source);
   }
   const json::Value& checksum = json::field(j, "checksum", source);
   const std::string algorithm = json::string_field(checksum, "algorithm", source + ", checksum");

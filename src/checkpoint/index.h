@@ -60,6 +60,12 @@ struct Index {
   int64_t checksum_block_bytes = 0;
   std::vector<FileInfo> files;
   std::vector<TensorInfo> tensors;  // in save order
+  // The parameters that had optimizer state when the checkpoint was saved
+  // (those with "optim/<param>/<field>" entries), sorted, so that a strict
+  // load can tell a parameter that lost its state from one that never had
+  // any. Absent in checkpoints saved before it was recorded, which load as
+  // before.
+  std::optional<std::vector<std::string>> params_with_optimizer_state;
 
   // index.json's text (one member per line).
   std::string to_json() const;
@@ -84,6 +90,15 @@ Index read_index(const std::string& dir);
 
 // Writes DIR/index.json atomically (temp + fsync + rename + fsync dir).
 void write_index(const std::string& dir, const Index& index);
+
+// Optimizer state is stored as tensors named "optim/<param>/<field>"
+// (fsdp/checkpoint/training_state.h): the name of one, and the parameter
+// of a name, or nothing for a name that is not optimizer state.
+std::string optimizer_entry_name(const std::string& param, const std::string& field);
+std::optional<std::string> optimizer_entry_param(const std::string& tensor_name);
+
+// The parameters with optimizer entries among `tensors`, sorted.
+std::vector<std::string> params_with_optimizer_entries(const std::vector<TensorInfo>& tensors);
 
 // The safetensors key of a piece: "<name>@<flat_begin>".
 std::string piece_key(const std::string& name, int64_t flat_begin);

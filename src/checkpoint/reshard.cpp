@@ -81,6 +81,7 @@ void reshard(const std::string& dir, int world_size, const std::string& out, boo
   index.world_size = world_size;
   index.step = source.step;
   index.extras_json = source.extras_json;
+  index.params_with_optimizer_state = source.params_with_optimizer_state;
   index.checksum_block_bytes = source.checksum_block_bytes;
   for (const auto& t : source.tensors) index.tensors.push_back({t.name, t.shape, t.dtype, {}});
 

@@ -220,6 +220,7 @@ Index build_index(const std::vector<json::Document>& records, const SaveOptions&
   index.checksum_block_bytes = options.checksum_block_bytes;
   std::map<std::string, size_t> position;
   index.tensors = declared_tensors(records, &position);
+  index.params_with_optimizer_state = params_with_optimizer_entries(index.tensors);
   add_rank_files(records, position, &index);
   check_tiling(index.files, &index.tensors);
   return index;

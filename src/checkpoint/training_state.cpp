@@ -21,12 +21,11 @@
 namespace fsdp::ckpt {
 namespace {
 
-// Optimizer state is stored as "optim/<param name>/<field>".
 std::string state_name(const std::string& param, const std::string& field) {
-  return "optim/" + param + "/" + field;
+  return optimizer_entry_name(param, field);
 }
 
-bool is_optimizer_entry(const std::string& name) { return name.rfind("optim/", 0) == 0; }
+bool is_optimizer_entry(const std::string& name) { return optimizer_entry_param(name).has_value(); }
 
 TensorPiece piece_of(const std::string& name, const ParamShard& shard, const at::Tensor& data) {
   return TensorPiece{name, shard.full_shape, data.scalar_type(), shard.flat_begin,
@@ -105,13 +104,20 @@ std::string joined(const std::set<std::string>& names) {
   return text;
 }
 
+// [Note: a strict load tells lost optimizer state from none]
 // A strict load refuses optimizer state that is only partly there: a
 // parameter whose saved fields are a strict subset of what the others have
 // (its moments removed, say) would restart those moments silently. A
-// parameter with no state at all is accepted: one that never received a
-// gradient has none, and starts fresh as it did.
+// parameter with no state at all is fine if it never had any (one that never
+// received a gradient), but not if it lost all of it: the index records
+// which parameters had state (Index::params_with_optimizer_state), and a
+// recorded one with no entries left is refused too. A checkpoint saved before
+// that record cannot tell the two apart, and accepts both, as it did.
 detail::Verdict check_optimizer_state_complete(const Reader& reader,
                                                const std::vector<ParamShard>& shards) {
+  const auto& recorded = reader.index().params_with_optimizer_state;
+  const std::set<std::string> had_state =
+      recorded ? std::set<std::string>(recorded->begin(), recorded->end()) : std::set<std::string>{};
   std::set<std::string> all;
   std::map<std::string, std::set<std::string>> by_param;
   for (const auto& shard : shards) {
@@ -121,19 +127,24 @@ detail::Verdict check_optimizer_state_complete(const Reader& reader,
   std::string problems;
   int count = 0;
   for (const auto& [param, fields] : by_param) {
-    if (fields.empty() || fields == all) continue;
+    const bool lost_all = fields.empty() && had_state.count(param);
+    if ((fields.empty() && !lost_all) || fields == all) continue;
     std::set<std::string> missing;
     for (const auto& f : all) {
       if (!fields.count(f)) missing.insert(f);
     }
-    if (++count <= 10) problems += "\n  '" + param + "' lacks " + joined(missing);
+    if (++count > 10) continue;
+    problems += "\n  '" + param + "' lacks " + (missing.empty() ? "its state" : joined(missing));
+    if (lost_all) problems += " (all of its state, which the index records it had)";
   }
   if (count == 0) return detail::Verdict::success();
   return detail::Verdict::failure(c10::str(
       "its optimizer state is incomplete for ", count, " parameter", count == 1 ? "" : "s",
-      " (the others have ", joined(all), "):", problems,
-      "\nA strict load would otherwise restart that state silently; load with strict=false to "
-      "accept it"));
+      " (the others have ", all.empty() ? "none" : joined(all), "):", problems,
+      "\nLoading it would restart that state silently. Resume from a checkpoint whose optimizer "
+      "state is whole instead (with fsdp-train: --resume <that checkpoint's dir>, e.g. an earlier "
+      "<run dir>/checkpoints/step-*); a program that means to restart that state can call "
+      "load_training_state with strict=false"));
 }
 
 // Whether `reader` can load into `root` (and an optimizer), and why not.

@@ -7,6 +7,7 @@
 
 #include "comm/backends.h"
 #include "comm/collective_checks.h"
+#include "comm/deadline_store.h"
 #include "comm/member_barrier.h"
 #include "fsdp/error_message.h"
 
@@ -47,11 +48,27 @@ bool gloo_reduces_natively(at::ScalarType t) {
   }
 }
 
+// For the error of a failed creation: the members that never began it,
+// asked of the store for a moment only, since it may be the store that
+// failed. A peer that never came is then named, not just "Socket Timeout".
+std::string members_that_never_began(const c10::intrusive_ptr<c10d::Store>& store, int size) {
+  try {
+    const auto absent = call_within(std::chrono::seconds(1), [store, size] {
+      return members_not_joining(*store, size);
+    });
+    if (absent) return *absent;
+  } catch (const std::exception&) {
+    // the store failed too: said below
+  }
+  return "unknown (the store does not answer)";
+}
+
 // The c10d Gloo backend of one rank, once every peer joined through `store`.
 c10::intrusive_ptr<c10d::ProcessGroupGloo> join_gloo_peers(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     const GroupOptions& options) {
   try {
+    announce_joining(*store, rank);
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     gloo_options->devices.push_back(
         c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
@@ -59,9 +76,11 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> join_gloo_peers(
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo_options);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "fsdp: creating Gloo group '", options.name, "' (rank ", rank, " of ",
-                size, ") failed: ", error_message(e), "\nCheck that all ", size,
-                " ranks started, use the same store (MASTER_ADDR/MASTER_PORT), and joined "
-                "within the timeout (", options.timeout.count(), " ms)");
+                size, ") failed: ", error_message(e),
+                "\nMembers that never began creating it: ", members_that_never_began(store, size),
+                ". Check that all ", size, " ranks started, use the same store (MASTER_ADDR/"
+                "MASTER_PORT), create the same groups in the same order, and joined within the "
+                "timeout (", options.timeout.count(), " ms)");
   }
 }
 

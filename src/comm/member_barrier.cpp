@@ -13,18 +13,33 @@ const std::string kArrivals = "joined/count";
 const std::string kAllArrived = "joined/all";
 
 std::string arrival_key(int rank) { return "joined/" + std::to_string(rank); }
+std::string joining_key(int rank) { return "joining/" + std::to_string(rank); }
 
-// "1, 3" for the members whose arrival key is not in the store.
-std::string absent_members(c10d::Store& store, int size) {
+// "1, 3" for the members whose `key` is not in the store; "" if none.
+std::string members_without(c10d::Store& store, int size, std::string (*key)(int)) {
   std::string absent;
   for (int r = 0; r < size; ++r) {
-    if (store.check({arrival_key(r)})) continue;
+    if (store.check({key(r)})) continue;
     absent += (absent.empty() ? "" : ", ") + std::to_string(r);
   }
+  return absent;
+}
+
+std::string absent_members(c10d::Store& store, int size) {
+  const std::string absent = members_without(store, size, &arrival_key);
   return absent.empty() ? "none (all arrived just now)" : absent;
 }
 
 }  // namespace
+
+void announce_joining(c10d::Store& store, int rank) {
+  store.set(joining_key(rank), std::vector<uint8_t>{1});
+}
+
+std::string members_not_joining(c10d::Store& store, int size) {
+  const std::string absent = members_without(store, size, &joining_key);
+  return absent.empty() ? "none" : absent;
+}
 
 void wait_for_every_member(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                            const std::string& name, std::chrono::milliseconds timeout) {

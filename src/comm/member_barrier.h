@@ -20,6 +20,14 @@
 
 namespace fsdp::comm {
 
+// Marks this member as having begun to create the group: a failure to
+// create it can then name the members that never began (absent_members).
+void announce_joining(c10d::Store& store, int rank);
+
+// "1, 3": the members of a group of `size` that have not called
+// announce_joining on `store`; "none" if all have.
+std::string members_not_joining(c10d::Store& store, int size);
+
 // Blocks until all `size` members of the group `name` called this with the
 // same `store` (already prefixed for the group), or throws after `timeout`
 // naming the ranks that did not arrive.

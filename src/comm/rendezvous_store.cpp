@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/deadline_store.h"
 #include "compat.h"
 #include "fsdp/error_message.h"
 
@@ -54,12 +55,24 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env,
   // No libuv in Debian's 2.6. See [Note: the TCPStore server libfsdp asks for].
   compat::use_classic_tcpstore_server(options);
   try {
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    const compat::QuietLibTorchLog quiet;  // See [Note: no raw LibTorch log line while a store connects]
+    // See [Note: a deadline on every store call]
+    return c10::make_intrusive<DeadlineStore>(
+        c10::make_intrusive<c10d::TCPStore>(env.master_addr, options),
+        "the rendezvous store at " + where(env) + " (rank 0 serves it)",
+        "is rank 0 stopped or hung? Check that its process is running, or raise the timeout "
+        "(--timeout, FSDP_COMM_TIMEOUT)");
   } catch (const std::exception& e) {
+    // A server fails at once (its port is taken, its address is not local):
+    // no timeout was waited out.
+    TORCH_CHECK(env.rank != 0, "fsdp: rank 0 of ", env.world_size, " (", env.source,
+                " environment) could not serve the rendezvous store at MASTER_ADDR:MASTER_PORT "
+                "= ", where(env), ": ", error_message(e), ". If another process holds port ",
+                env.master_port, ", choose a free MASTER_PORT (fsdp-run --master-port) or end "
+                "that process; MASTER_ADDR must be an address of rank 0's host");
     TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size, " (", env.source,
-                " environment) could not ", env.rank == 0 ? "serve" : "reach",
-                " the rendezvous store at MASTER_ADDR:MASTER_PORT = ", where(env), " within ",
-                timeout.count(), " ms: ", error_message(e));
+                " environment) could not reach the rendezvous store at MASTER_ADDR:MASTER_PORT "
+                "= ", where(env), " within ", timeout.count(), " ms: ", error_message(e));
   }
 }
 
@@ -108,9 +121,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env,
     store->set(rendezvous_arrival_key(env.rank), std::vector<uint8_t>{1});
     store->add(kRendezvousArrivals, 1);
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size,
-                ": the rendezvous store at ", where(env), " stopped answering: ",
-                error_message(e), ". Check that rank 0's process is running");
+    throw_store_stopped_answering(env, "announced its arrival", e);
   }
   wait_for_all_ranks(*store, env, timeout);
   return store;
@@ -120,10 +131,13 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env,
 
 void throw_store_stopped_answering(const LaunchEnv& env, const char* doing,
                                    const std::exception& cause) {
-  TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size, ": the rendezvous store at ",
-              where(env), " stopped answering while this rank ", doing, ": ",
-              error_message(cause), ". Rank 0 serves it: check its output (it may have given "
-              "up waiting, or died)");
+  // A store that answers no more says what to check itself; one that failed
+  // (a reset connection) most likely lost its server.
+  const bool not_answering = dynamic_cast<const StoreNotAnswering*>(&cause) != nullptr;
+  TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size,
+              " could not finish the rendezvous: while it ", doing, ", ", error_message(cause),
+              not_answering ? "" : ". Rank 0 serves that store: check its output (it may have "
+                                   "given up waiting, or died)");
 }
 
 // See [Note: a deadline on every rendezvous wait] in rendezvous_store.h.
@@ -139,13 +153,15 @@ c10::intrusive_ptr<c10d::Store> join_rendezvous(const LaunchEnv& env,
       promise->set_exception(std::current_exception());
     }
   }).detach();
-  if (result.wait_for(timeout + std::chrono::seconds(1)) == std::future_status::ready) {
+  // Later than the store's own deadline, whose error names the call.
+  if (result.wait_for(timeout + std::chrono::seconds(2)) == std::future_status::ready) {
     return result.get();
   }
-  TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size, ": the rendezvous store at ",
-              where(env), " stopped answering for ", timeout.count(),
-              " ms (is rank 0 stopped or hung?). Check that rank 0's process is running, or "
-              "raise the timeout (--timeout, FSDP_COMM_TIMEOUT)");
+  TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size,
+              " could not finish the rendezvous: while it connected and waited for the others, "
+              "the rendezvous store at ", where(env), " stopped answering for ", timeout.count(),
+              " ms: is rank 0 stopped or hung? Check that its process is running, or raise the "
+              "timeout (--timeout, FSDP_COMM_TIMEOUT)");
 }
 
 }  // namespace fsdp::comm

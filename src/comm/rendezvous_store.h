@@ -7,7 +7,9 @@
 // the connection and then stopped answering (rank 0 SIGSTOPped as its store
 // began listening) blocked forever in waitForWorkers. So the rendezvous runs
 // on a helper thread and the caller waits for it with GroupOptions::timeout
-// (plus a second of slack for TCPStore's own, more precise, errors). On
+// (plus two seconds of slack, for TCPStore's own errors and then those of the
+// store's per-call deadline, which name the call: see [Note: a deadline on
+// every store call], which bounds the calls after the rendezvous too). On
 // expiry the caller throws, naming the ranks that never arrived (or rank 0's
 // store, if it stopped answering); the helper thread stays blocked and is
 // abandoned, which is safe since the process is about to fail. While it
@@ -26,7 +28,8 @@ namespace fsdp::comm {
 
 // Connects to (rank 0: serves) the rendezvous store of the job `env`
 // describes, and returns once every rank has. Throws c10::Error after
-// `timeout` naming what is missing.
+// `timeout` naming what is missing. Every call on the store returned is
+// bounded by `timeout` ([Note: a deadline on every store call]).
 c10::intrusive_ptr<c10d::Store> join_rendezvous(const LaunchEnv& env,
                                                 std::chrono::milliseconds timeout);
 

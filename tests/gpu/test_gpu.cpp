@@ -5,7 +5,6 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <gtest/gtest.h>
-#include <torch/optim/adamw.h>
 
 #include <cstdlib>
 
@@ -138,7 +137,8 @@ TEST(Gpu, SteadyStateStepsMakeNoHostSync) {
   models::GPT gpt(config);
   gpt->to(at::kCUDA);
   auto model = fully_shard(gpt, FullyShardOptions(nccl_world()));
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  ASSERT_TRUE(FusedAdamW::fused_kernel_available()) << "a CUDA build is LibTorch 2.x";
+  FusedAdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
   const auto step = [&](int s) {
     opt.zero_grad();
     models::lm_loss(model->forward(tokens[s]), tokens[s]).backward();

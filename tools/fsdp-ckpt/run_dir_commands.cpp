@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
@@ -34,6 +35,18 @@ std::string checkpoint_of(const std::string& dir) {
 }
 
 int clean(const std::string& dir) {
+  // "0 partial checkpoints removed" would read as a clean run dir.
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) {
+    throw std::runtime_error(fmt::format(
+        "run dir '{}' does not exist; give the directory fsdp-train wrote (its --run-dir)", dir));
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw std::runtime_error(fmt::format(
+        "'{}' is not a directory; give a run dir (fsdp-train's --run-dir), which holds "
+        "checkpoint/ and checkpoints/",
+        dir));
+  }
   if (fsdp::tools::RunDirLock::held_elsewhere(dir)) {
     throw std::runtime_error(fmt::format(
         "an fsdp-train run is using '{}' now; its partial save may be in progress. Run clean "

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "fsdp/models/gpt.h"
 #include "json_text.h"
 
 namespace fsdp_plan {
@@ -36,7 +37,10 @@ const UnitSpec* ModelSpec::root() const {
 //    and v are views of it, kept by both matmuls), the softmax's output (H*T,
 //    kept by itself and by att@v), y (the transposed-back copy, by proj), h
 //    (by ln2), ln2's output (by fc), fc's output (4C, by gelu) and gelu's
-//    (4C, by fc_proj): 16C + HT, plus each LayerNorm's mean and rstd (4);
+//    (4C, by fc_proj): 16C + HT, plus each LayerNorm's mean and rstd (4).
+//    With SDPA (LibTorch 2.x; CausalSelfAttentionImpl::keeps_attention_scores
+//    is false) no softmax is kept: SDPA keeps its output, which y is a view
+//    of, and a float32 log-sum-exp per head (H) in place of HT;
 //  - a checkpointed block keeps its input only (C);
 //  - the head: the last block's output and ln_f's (2C), ln_f's mean and rstd
 //    (2); the loss's logits are the model's logits_per_token (V), whose
@@ -66,7 +70,9 @@ ModelSpec gpt_model_spec(const GptSizes& s) {
     UnitSpec block;
     block.name = fmt::format("blocks.{}", i);
     block.param_numels = {d, d, 3 * d * d, 3 * d, d * d, d, d, d, 4 * d * d, 4 * d, 4 * d * d, d};
-    block.activation_bytes_per_token = 4 * (16 * C + H * T + 4);
+    const bool keeps_scores = fsdp::models::CausalSelfAttentionImpl::keeps_attention_scores();
+    const double attention_kept = keeps_scores ? H * T : H;
+    block.activation_bytes_per_token = 4 * (16 * C + attention_kept + 4);
     block.checkpointed_bytes_per_token = 4 * C;
     block.backward_workspace_bytes_per_token = 4 * 8 * C;
     // 12 C^2 multiply-adds in the linears, and QK^T and att@V over T keys.

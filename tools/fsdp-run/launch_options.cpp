@@ -36,9 +36,10 @@ constexpr const char* kFooter = R"(OUTPUT
 EXIT STATUS
   0 when every worker exits 0. When a worker exits non-zero or dies from a
   signal, the others get SIGTERM, then SIGKILL after --grace-period, and
-  fsdp-run exits with that worker's code (128+N for signal N). SIGINT, SIGTERM
-  and SIGHUP sent to fsdp-run are forwarded to every worker; a second one
-  sends SIGKILL at once. 2: bad flags. 126/127: the program cannot be run or
+  fsdp-run exits with that worker's code (128+N for signal N). A worker
+  stopped by a signal for longer than --timeout is killed and counts as
+  killed by SIGKILL: 137. SIGINT, SIGTERM and SIGHUP sent to fsdp-run are
+  forwarded to every worker; a second one sends SIGKILL at once. 2: bad flags. 126/127: the program cannot be run or
   is not found.
 
 EXAMPLES

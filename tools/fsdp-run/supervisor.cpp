@@ -244,8 +244,9 @@ class Supervisor {
   // watches its workers directly, for any program and with no heartbeat to
   // send: one stopped for longer than the communication timeout (--timeout,
   // else FSDP_COMM_TIMEOUT, else 300 s) is named and SIGKILLed, and the job
-  // is stopped as for a failed worker. A worker continued in time is left
-  // alone; a worker that is alive but stuck is its peers' timeouts' to find.
+  // is stopped as for a failed worker, and fsdp-run exits 128+9 as for any
+  // worker killed by SIGKILL. A worker continued in time is left alone; a
+  // worker that is alive but stuck is its peers' timeouts' to find.
   void note_stops_and_continues() {
     while (true) {
       siginfo_t info{};
@@ -282,15 +283,15 @@ class Supervisor {
       kill(-w.pid, SIGKILL);  // a stopped process acts on nothing gentler
       fail_with_running(w, fmt::format("rank {} (pid {}) has been stopped by a signal for {} s, longer than the "
                        "timeout (--timeout or FSDP_COMM_TIMEOUT); killed it",
-                       w.place.rank, w.pid, opts_.stall_timeout_s));
+                       w.place.rank, w.pid, opts_.stall_timeout_s), 128 + SIGKILL);
     }
   }
 
   // fail() for a worker that is killed but not yet reaped: it is not one of
   // "the other" workers to stop.
-  void fail_with_running(Worker& culprit, const std::string& what) {
+  void fail_with_running(Worker& culprit, const std::string& what, int code) {
     culprit.running = false;
-    fail(what, 1);
+    fail(what, code);
     culprit.running = true;  // reaped, and its exit ignored, as we are stopping
   }
 

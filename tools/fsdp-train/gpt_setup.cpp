@@ -37,7 +37,9 @@ void zero_gradients(torch::nn::Module& model) {
 
 // AdamW with decoupled weight decay on the matrices only: biases and
 // LayerNorm parameters are not decayed. Parameters are 1-D shards by now, so
-// the choice goes by name (fully_shard keeps the original names).
+// the choice goes by name (fully_shard keeps the original names). It is
+// fsdp::FusedAdamW, one fused kernel per group where LibTorch has it (2.4+),
+// torch::optim::AdamW's own step elsewhere; checkpoints are AdamW's either way.
 std::unique_ptr<torch::optim::AdamW> make_optimizer(fsdp::Sharded<GPT>& model,
                                                     const TrainOptions& o) {
   std::vector<at::Tensor> decay, no_decay;
@@ -55,8 +57,7 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(fsdp::Sharded<GPT>& model,
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, options(o.weight_decay));
   groups.emplace_back(no_decay, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(std::move(groups),
-                                               torch::optim::AdamWOptions(o.lr));
+  return std::make_unique<fsdp::FusedAdamW>(std::move(groups), torch::optim::AdamWOptions(o.lr));
 }
 
 }  // namespace fsdp_train

@@ -116,17 +116,15 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t resumed_step)
       if (r->step <= resumed_step) records_.push_back(std::move(*r));
     }
   }
-  out_.open(path_, std::ios::trunc);
-  if (!out_) throw std::runtime_error(fmt::format("cannot write '{}'", path_));
-  for (const auto& r : records_) out_ << r.to_json_line() << '\n';
-  flush_or_throw(out_, path_);
+  out_.emplace(path_);
+  for (const auto& r : records_) out_->append_line(r.to_json_line());
 }
 
-// See [Note: a failed write is an error] in output_file.h.
+// See [Note: a failed write is an error] and [Note: a metrics line is written whole or not
+// at all] in output_file.h.
 void MetricsLog::append(const StepRecord& record) {
+  out_->append_line(record.to_json_line());
   records_.push_back(record);
-  out_ << record.to_json_line() << '\n';
-  flush_or_throw(out_, path_);
 }
 
 }  // namespace fsdp_train

@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include "output_file.h"
+
 namespace fsdp_train {
 
 struct StepRecord {
@@ -67,8 +69,8 @@ class MetricsLog {
 
  private:
   std::string path_;
-  std::ofstream out_;
   std::vector<StepRecord> records_;
+  std::optional<LineFile> out_;  // opened once the kept records are read
 };
 
 }  // namespace fsdp_train

@@ -45,8 +45,16 @@ struct GPTConfig {
   int64_t num_params() const;
 };
 
+// Causal self-attention: at::scaled_dot_product_attention on LibTorch 2.x,
+// explicit scores, mask and softmax on 1.13. See [Note: attention with SDPA]
+// in models/gpt.cpp.
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
+  // Whether forward keeps the [H, T, T] softmax for backward (the explicit
+  // path, LibTorch 1.13); if not (SDPA), it keeps one float32 log-sum-exp
+  // per head and token instead. fsdp-plan counts activations by it.
+  static bool keeps_attention_scores();
+
   explicit CausalSelfAttentionImpl(const GPTConfig& config);
   at::Tensor forward(const at::Tensor& x);
 

@@ -7,7 +7,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps configure test test-libtorch2 demo clean format lint
+.PHONY: all build deps configure test test-libtorch2 test-sanitize demo clean format lint
 
 all: build
 
@@ -28,6 +28,18 @@ test: deps
 
 test-libtorch2:
 	@JOBS=$(JOBS) scripts/test-libtorch2.sh
+
+# The comm, launcher, checkpoint and FSDP unit tests (CTest label sanitize)
+# under ASan+UBSan, then under TSan, each in a build of its own
+# (build-asan-ubsan/, build-tsan/; CMakePresets.json). Too slow for CI on 2
+# cores: run it before submitting a change to threads, collectives or memory.
+test-sanitize: deps
+	cmake --preset asan-ubsan >/dev/null
+	cmake --build --preset asan-ubsan -j $(JOBS)
+	ctest --preset asan-ubsan -j $(JOBS)
+	cmake --preset tsan >/dev/null
+	cmake --build --preset tsan -j $(JOBS)
+	ctest --preset tsan -j $(JOBS)
 
 # The demo builds only what scripts/demo.sh runs, not the tests.
 demo: deps

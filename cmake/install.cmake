@@ -26,8 +26,9 @@ install(TARGETS fsdp EXPORT fsdpTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # The API docs/using-libfsdp.md lists under "The headers", and nothing else
 # (tests/install_check.sh compares the two). shard_layout.h is internal but
-# still in include/ because src/flat_param_group.h names it there; it moves to
-# src/ with the FlatParamGroup split (issue 30).
+# still in include/, where src/flat_param_group.h, src/shard_layout.cpp and
+# tests/test_shard_layout.cpp name it; moving it to src/ changes those three
+# include lines.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/fsdp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h"

@@ -68,10 +68,6 @@ bool reset_known_module(torch::nn::Module& module) {
   return false;
 }
 
-std::string join(const std::string& prefix, const std::string& name) {
-  return prefix.empty() ? name : prefix + "." + name;
-}
-
 class Materializer {
  public:
   Materializer(RootState& state, const DeferredParams& deferred, const FullyShardOptions& options)
@@ -92,7 +88,8 @@ class Materializer {
     auto* unit = dynamic_cast<UnitModule*>(&module);
     torch::nn::Module& target = unit ? *unit->wrapped() : module;
     materialize_own(target, path);
-    for (const auto& child : module.named_children()) visit(*child.value(), join(path, child.key()));
+    for (const auto& child : module.named_children())
+      visit(*child.value(), join_module_path(path, child.key()));
   }
 
  private:
@@ -130,7 +127,8 @@ class Materializer {
                   "parameters");
     }
     for (auto& [name, param] : own) {
-      TORCH_CHECK(!is_deferred(param), "fsdp: param_init_fn left parameter '", join(path, name),
+      TORCH_CHECK(!is_deferred(param), "fsdp: param_init_fn left parameter '",
+                  join_module_path(path, name),
                   "' without storage; initialize parameters in place (e.g. p.normal_()), do not "
                   "replace them");
       if (options_.sync_module_states() && state_.world().size() > 1) {

@@ -11,10 +11,6 @@
 namespace fsdp::detail {
 namespace {
 
-std::string join(const std::string& prefix, const std::string& name) {
-  return prefix.empty() ? name : prefix + "." + name;
-}
-
 // [Note: ignored parameters]
 // Ignored parameters (FSDP's ignored_modules / ignored_params) are simply
 // never claimed by a unit: they keep their full data on every rank, no
@@ -33,22 +29,22 @@ class Walker {
              const c10::optional<std::string>& checkpointed = c10::nullopt) {
     for (const auto& param : module.named_parameters(/*recurse=*/false)) {
       if (ignored_.params.count(param.value().unsafeGetTensorImpl())) {
-        model.ignored_param_names.push_back(join(path, param.key()));
+        model.ignored_param_names.push_back(join_module_path(path, param.key()));
         continue;
       }
-      claim(param.value(), join(path, param.key()), owner);
+      claim(param.value(), join_module_path(path, param.key()), owner);
     }
     for (const auto& buffer : module.named_buffers(/*recurse=*/false)) {
       if (seen_buffers_.insert(buffer.value().unsafeGetTensorImpl()).second) {
         model.buffers.push_back(buffer.value());
-        model.buffer_names.push_back(join(path, buffer.key()));
+        model.buffer_names.push_back(join_module_path(path, buffer.key()));
       }
     }
     for (const auto& child : module.named_children()) {
-      const std::string child_path = join(path, child.key());
+      const std::string child_path = join_module_path(path, child.key());
       if (is_ignored(*child.value())) {
         for (const auto& p : child.value()->named_parameters()) {
-          model.ignored_param_names.push_back(join(child_path, p.key()));
+          model.ignored_param_names.push_back(join_module_path(child_path, p.key()));
         }
         continue;
       }

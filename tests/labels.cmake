@@ -5,7 +5,8 @@
 # find it.
 set_tests_properties(Multihost.TwoHostNamespaces PROPERTIES LABELS "root;netns")
 set_tests_properties(Multihost.MpirunLaunch PROPERTIES LABELS "mpirun")
-set_tests_properties(Launcher.WorkerStoppedLongerThanTheTimeoutIsNamedAndTheJobEnds
-                     Launcher.WorkerContinuedInTimeIsLeftAlone PROPERTIES LABELS "signals")
+# Appended: test_launcher's cases also carry `sanitize`.
+set_property(TEST Launcher.WorkerStoppedLongerThanTheTimeoutIsNamedAndTheJobEnds
+                  Launcher.WorkerContinuedInTimeIsLeftAlone APPEND PROPERTY LABELS "signals")
 set_tests_properties(RendezvousDeadline.RankZeroStoppedBeforeTheGroupExistsFailsEveryOtherRankNamingIt
                      PROPERTIES LABELS "signals")

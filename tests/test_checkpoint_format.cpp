@@ -125,7 +125,8 @@ TEST(CheckpointIndex, JsonRoundTripAndValidation) {
   index.step = 42;
   index.extras_json = R"({"lr":0.5,"loader":{"epoch":3}})";
   index.checksum_block_bytes = 16;
-  index.files = {{"rank-00000-of-00002.safetensors", 0, 100}, {"rank-00001-of-00002.safetensors", 1, 80}};
+  index.files = {{"rank-00000-of-00002.safetensors", 0, 100, std::nullopt},
+                 {"rank-00001-of-00002.safetensors", 1, 80, std::nullopt}};
   fsdp::ckpt::TensorInfo t{"w", {2, 5}, at::kFloat, {}};
   t.pieces.push_back({0, "w@0", 0, 6, 64, {0x0123456789abcdefULL, 0xfedcba9876543210ULL}});
   t.pieces.push_back({1, "w@6", 6, 10, 72, {42}});
@@ -182,7 +183,7 @@ TEST(CheckpointIndex, JsonRoundTripAndValidation) {
 TEST(CheckpointIndex, FieldsFromDiskAreRangeAndOverflowChecked) {
   fsdp::ckpt::Index index;
   index.checksum_block_bytes = 16;
-  index.files = {{"rank-00000-of-00001.safetensors", 0, 100}};
+  index.files = {{"rank-00000-of-00001.safetensors", 0, 100, std::nullopt}};
   index.tensors.push_back({"s", {}, at::kLong, {{0, "s@0", 0, 1, 88, {7}}}});
   index.validate("idx");
 

@@ -29,8 +29,6 @@
 namespace fsdp {
 namespace {
 
-int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
 // A collective whose result needs one more step, run once, by the first wait.
 class FinishingWork final : public Work {
  public:

@@ -20,8 +20,6 @@ namespace {
 
 constexpr int64_t kQuantMax = 127;
 
-int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
 int64_t blocks(const Compression& c, int64_t numel) { return (numel + c.block_size() - 1) / c.block_size(); }
 
 void check_block_size(const Compression& c) {

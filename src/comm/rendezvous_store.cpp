@@ -20,9 +20,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const std::string kArrivals = "fsdp/rendezvous/count";
+const std::string kRendezvousArrivals = "fsdp/rendezvous/count";
 
-std::string arrival_key(int rank) { return "fsdp/rendezvous/" + std::to_string(rank); }
+std::string rendezvous_arrival_key(int rank) { return "fsdp/rendezvous/" + std::to_string(rank); }
 
 std::string where(const LaunchEnv& env) {
   return env.master_addr + ":" + std::to_string(env.master_port);
@@ -34,7 +34,7 @@ std::string missing_ranks(c10d::Store& store, const LaunchEnv& env) {
   std::string ranks;
   std::vector<int> nodes;
   for (int r = 0; r < env.world_size; ++r) {
-    if (store.check({arrival_key(r)})) continue;
+    if (store.check({rendezvous_arrival_key(r)})) continue;
     ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
     const int node = r / std::max(1, env.local_world_size);
     if (nodes.empty() || nodes.back() != node) nodes.push_back(node);
@@ -80,7 +80,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env,
 // up or died) is named as such, not by its socket error alone.
 int64_t arrivals(c10d::Store& store, const LaunchEnv& env) {
   try {
-    return store.add(kArrivals, 0);
+    return store.add(kRendezvousArrivals, 0);
   } catch (const std::exception& e) {
     throw_store_stopped_answering(env, "waited for the others", e);
   }
@@ -118,8 +118,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env,
                                            std::chrono::milliseconds timeout) {
   c10::intrusive_ptr<c10d::Store> store = connect_store(env, timeout);
   try {
-    store->set(arrival_key(env.rank), std::vector<uint8_t>{1});
-    store->add(kArrivals, 1);
+    store->set(rendezvous_arrival_key(env.rank), std::vector<uint8_t>{1});
+    store->add(kRendezvousArrivals, 1);
   } catch (const std::exception& e) {
     throw_store_stopped_answering(env, "announced its arrival", e);
   }

@@ -2,14 +2,21 @@
 // test and names the rank, and a hung rank ends the process instead of
 // hanging it.
 
+#include <ATen/ATen.h>
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <set>
+#include <vector>
 #include <stdexcept>
 #include <thread>
 
+#include "fsdp/comm/process_group.h"
 #include "harness/rank_harness.h"
+#include "harness/rank_processes.h"
 
 namespace fsdp {
 namespace {
@@ -32,6 +39,18 @@ TEST(RankHarnessDeathTest, HungRankEndsTheProcess) {
   EXPECT_EXIT(run_ranks(2, [](RankContext& ctx) {
     if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::hours(1));
   }, options), ::testing::ExitedWithCode(3), "rank\\(s\\) 1 still running after 500 ms");
+}
+
+// One process per rank (what CUDA backward needs): distinct processes, one
+// group between them, and each rank ran this test's body.
+TEST(RankProcesses, EachRankIsAProcessOfItsOwn) {
+  testing::run_rank_processes(3, [](testing::RankContext& ctx) {
+    const std::vector<int64_t> pids = all_gather_int64(*ctx.group, ::getpid());
+    EXPECT_EQ(std::set<int64_t>(pids.begin(), pids.end()).size(), 3u);
+    at::Tensor t = at::full({1}, static_cast<float>(ctx.rank));
+    ctx.group->all_reduce(t, ReduceOp::kSum)->wait();
+    EXPECT_EQ(t.item<float>(), 3.0f);
+  }, testing::quick());
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The multi-rank GPU lane (label "gpu"): FSDP on CUDA at world sizes 2-4,
-// every rank a thread on the one GPU, its groups Gloo with host staging
+// every rank a process on the one GPU, its groups Gloo with host staging
 // (NCCL cannot put two ranks on one GPU; see [Note: collectives of CUDA
 // tensors through host memory]). A staged group takes CUDA tensors only, as
 // NCCL does, so a tensor handed to a group on the wrong device fails here
@@ -29,6 +29,7 @@
 #include "harness/models.h"
 #include "harness/parity.h"
 #include "harness/rank_harness.h"
+#include "harness/rank_processes.h"
 #include "harness/temp_dir.h"
 
 namespace fsdp::testing {
@@ -139,7 +140,7 @@ void run_lane(const LaneCase& c) {
   if (c.clip_norm_type > 0) {
     torch::nn::utils::clip_grad_norm_(first_step->parameters(), 0.5, c.clip_norm_type);
   }
-  run_ranks(c.world_size, [&](RankContext& ctx) {
+  run_rank_processes(c.world_size, [&](RankContext& ctx) {
     const std::string who = c.what + " ws" + std::to_string(ctx.world_size) + " " + rank_str(ctx);
     GPT local(config);
     copy_state(*local, *initial);
@@ -166,7 +167,7 @@ void run_lane(const LaneCase& c) {
           << who << " step " << s << ": " << global << " vs " << ref_losses[s];
     }
     if (!c.bf16) expect_shards_match(*model, *reference, 1e-5, 1e-5, who);
-  }, gpu_lane());
+  }, gpu_lane());  // one process per rank: see harness/rank_processes.h
 }
 
 class GpuLane : public ::testing::TestWithParam<LaneCase> {};

@@ -44,7 +44,8 @@ at::Tensor local_norm_power(const std::vector<at::Tensor>& grads, double norm_ty
 std::vector<at::Tensor> sharded_grads(detail::RootState& state) {
   std::vector<at::Tensor> grads;
   for (const auto& unit : state.units()) {
-    TORCH_CHECK(!unit->grads().holds_unsharded_grads(), "fsdp: clip_grad_norm_ was called after a "
+    TORCH_CHECK(!unit->grads().holds_unsharded_grads(),
+                "fsdp: clip_grad_norm_ was called after a "
                 "backward without gradient sync; run a synchronizing backward first");
     for (const auto& p : unit->params().params()) {
       if (p.grad().defined() && p.grad().numel() > 0) grads.push_back(p.grad());

@@ -23,8 +23,8 @@
 
 #include <c10/core/StorageImpl.h>
 #include <c10/util/Logging.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <mutex>
 #include <string>
@@ -85,9 +85,10 @@ template <class Self>
 class CloneableStore<Self, true> : public c10d::Store {
  public:
   using c10d::Store::Store;
-  c10::intrusive_ptr<c10d::Store> clone() override { return static_cast<Self*>(this)->clone_store(); }
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    return static_cast<Self*>(this)->clone_store();
+  }
 };
-
 
 #if TORCH_VERSION_MAJOR >= 2
 using C10dBackend = c10d::Backend;
@@ -179,9 +180,18 @@ class QuietLibTorchLog {
     return FLAGS_caffe2_log_level;
 #endif
   }
-  static std::mutex& mu() { static std::mutex m; return m; }
-  static int& holders() { static int n = 0; return n; }
-  static int& saved() { static int value = 0; return value; }
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static int& holders() {
+    static int n = 0;
+    return n;
+  }
+  static int& saved() {
+    static int value = 0;
+    return value;
+  }
 };
 
 #if defined(FSDP_WITH_NCCL)

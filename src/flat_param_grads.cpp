@@ -87,8 +87,9 @@ void FlatParamGrads::make_reduce_buffers() {
     const int64_t row = slot.offset / shard;
     const bool one_row = slot.numel == 0 || (slot.offset + slot.numel - 1) / shard == row;
     reduce_input_views_.push_back(
-        one_row ? reduce_input_[row].narrow(0, slot.offset % shard, slot.numel).view(group_.shapes()[i])
-                : at::Tensor());
+        one_row
+            ? reduce_input_[row].narrow(0, slot.offset % shard, slot.numel).view(group_.shapes()[i])
+            : at::Tensor());
   }
   reduce_flags_ = reduce_input_.narrow(1, shard, nparams);
   used_flags_.assign(static_cast<size_t>(nparams), 0.f);
@@ -194,10 +195,10 @@ void FlatParamGrads::start_collective() {
   if (group_.plan().shards_across_ranks) {
     pending_.output = at::empty({reduce_input_.size(1)}, reduce_input_.options());
     // The used-parameter flags, each row's last nparams, travel exactly.
-    pending_.work = compressed_reduce_scatter(*groups.reduce_scatter, pending_.output,
-                                              reduce_input_.view(-1),
-                                              group_.config().compression.grads(),
-                                              /*exact_tail=*/nparams);
+    pending_.work =
+        compressed_reduce_scatter(*groups.reduce_scatter, pending_.output, reduce_input_.view(-1),
+                                  group_.config().compression.grads(),
+                                  /*exact_tail=*/nparams);
   } else {
     pending_.output = reduce_input_.view(-1);
     if (group_.plan().replicates) pending_.work = all_reduce_across_replicas(pending_.output);
@@ -205,8 +206,8 @@ void FlatParamGrads::start_collective() {
 }
 
 void FlatParamGrads::finish_reduction() {
-  TORCH_INTERNAL_ASSERT(state_ == GradState::kReducing, "no gradient reduction to finish; the state is ",
-                        to_string(state_));
+  TORCH_INTERNAL_ASSERT(state_ == GradState::kReducing,
+                        "no gradient reduction to finish; the state is ", to_string(state_));
   const int64_t shard = group_.layout().shard_numel();
   const int64_t nparams = group_.layout().num_params();
   at::NoGradGuard no_grad;
@@ -251,7 +252,8 @@ void FlatParamGrads::abandon_step() {
   const auto& params = group_.params();
   // Aliased units have no stash: autograd wrote the gradients in place.
   for (size_t i = 0; i < params.size() && !group_.is_aliased(); ++i) {
-    params[i].mutable_grad() = i < stashed_grads_.size() ? std::move(stashed_grads_[i]) : at::Tensor();
+    params[i].mutable_grad() =
+        i < stashed_grads_.size() ? std::move(stashed_grads_[i]) : at::Tensor();
   }
   stashed_grads_.clear();
   set_state(GradState::kSharded);
@@ -327,7 +329,8 @@ bool FlatParamGrads::install_reduced_grads_flat(const at::Tensor& reduced, bool 
   return true;
 }
 
-void FlatParamGrads::install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count) {
+void FlatParamGrads::install_reduced_grads_per_param(const at::Tensor& reduced,
+                                                     const float* user_count) {
   const auto& params = group_.params();
   for (int64_t i = 0; i < group_.layout().num_params(); ++i) {
     const at::Tensor& param = params[i];

@@ -81,8 +81,8 @@ class FlatParamGrads {
  private:
   // A gradient reduction in flight.
   struct PendingReduction {
-    WorkPtr work;         // null when nothing was communicated
-    at::Tensor output;    // [shard_numel + num_params], reduce dtype
+    WorkPtr work;       // null when nothing was communicated
+    at::Tensor output;  // [shard_numel + num_params], reduce dtype
     // This rank produced a gradient for every trainable parameter, so no
     // rank-count read-back is needed. See [Note: unused-parameter flags].
     bool every_param_used_locally = false;
@@ -107,7 +107,7 @@ class FlatParamGrads {
   std::vector<at::Tensor> stashed_grads_;       // per param, while stashed
   // See [Note: gradient reduction without per-parameter work]. Made at the
   // first reduction; the input's storage is freed between reductions.
-  at::Tensor reduce_input_;  // [world, shard_numel + num_params], reduce dtype
+  at::Tensor reduce_input_;                     // [world, shard_numel + num_params], reduce dtype
   std::vector<at::Tensor> reduce_input_views_;  // per param: its full-shaped
                                                 // destination, or undefined
                                                 // when it spans two rows

@@ -165,8 +165,8 @@ void FlatParamGroup::unshard_async() {
     all_gather_input_ = std::move(post_forward_shard_);
     counters_->post_forward_bytes.sub(bytes_of(all_gather_input_));
     post_forward_shard_ = at::Tensor();
-    pending_gather_ = compressed_all_gather(*groups_.post_forward, gathered_flat_, all_gather_input_,
-                                            config_.compression.weights());
+    pending_gather_ = compressed_all_gather(*groups_.post_forward, gathered_flat_,
+                                            all_gather_input_, config_.compression.weights());
     set_param_state(ParamState::kGathering);
     return;
   }

@@ -177,9 +177,10 @@ void shard_units(detail::DiscoveredModel& model, const FullyShardOptions& option
       unit_groups.post_forward = post_forward_group(post_forward_groups, *groups.shard, k);
     }
     auto params = std::make_unique<detail::FlatParamGroup>(
-        std::move(unit.params), std::move(unit.param_names), std::move(unit_groups), resolved[u].flat,
-        resolved[u].plan, root_state->counters());
-    auto state = std::make_shared<detail::UnitState>(resolved[u].unit, std::move(params), root_state);
+        std::move(unit.params), std::move(unit.param_names), std::move(unit_groups),
+        resolved[u].flat, resolved[u].plan, root_state->counters());
+    auto state =
+        std::make_shared<detail::UnitState>(resolved[u].unit, std::move(params), root_state);
     root_state->add_unit(state);
     for (UnitModule* member : unit.members) detail::UnitModuleAccess::attach_unit_state(*member, state);
   }
@@ -214,7 +215,7 @@ void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
   cast_buffers(model, options.mp());
   const detail::UnitGroups groups = make_unit_groups(options, world);
   auto root_state = std::make_shared<detail::RootState>(world, options.max_inflight_all_gathers(),
-                                                       detail::validate_every_step_from_env());
+                                                        detail::validate_every_step_from_env());
   shard_units(model, options, groups, root_state);
   root_state->set_ignored_params(params_outside_units(root, *root_state));
   const auto all_params = root.parameters();

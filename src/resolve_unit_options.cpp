@@ -37,7 +37,8 @@ at::ScalarType param_dtype_of(const DiscoveredUnit& unit) {
   return unit.params.empty() ? at::kFloat : unit.params[0].scalar_type();
 }
 
-FlatParamConfig resolve_flat_config(const DiscoveredUnit& unit, const FullyShardOptions& root_options,
+FlatParamConfig resolve_flat_config(const DiscoveredUnit& unit,
+                                    const FullyShardOptions& root_options,
                                     const MixedPrecisionPolicy& mp) {
   FlatParamConfig flat;
   flat.compute_dtype = mp.param_dtype().value_or(param_dtype_of(unit));
@@ -60,7 +61,8 @@ void resolve_resharding(UnitPlan& plan, const DiscoveredUnit& unit,
   plan.reshards_after_forward =
       traits_of(root_options.strategy()).regathers_in_backward && k != 1 &&
       own.reshard_after_forward().value_or(root_options.reshard_after_forward().value_or(!is_root));
-  plan.post_forward_group_size = post_forward_group_size(k, plan.reshards_after_forward, unit, shard_size);
+  plan.post_forward_group_size =
+      post_forward_group_size(k, plan.reshards_after_forward, unit, shard_size);
 }
 
 UnitPlan resolve_plan(const DiscoveredUnit& unit, const FullyShardOptions& root_options,
@@ -68,8 +70,8 @@ UnitPlan resolve_plan(const DiscoveredUnit& unit, const FullyShardOptions& root_
   UnitPlan plan;
   plan.shards_across_ranks = groups.shard->size() > 1;
   plan.replicates = groups.replicate != nullptr;
-  plan.aliased =
-      !plan.shards_across_ranks && flat.compute_dtype == param_dtype_of(unit) && !flat.offload_to_cpu;
+  plan.aliased = !plan.shards_across_ranks && flat.compute_dtype == param_dtype_of(unit) &&
+                 !flat.offload_to_cpu;
   plan.reduces_grads = !plan.aliased || plan.replicates;
   resolve_resharding(plan, unit, root_options, groups.shard->size());
   return plan;

@@ -29,7 +29,8 @@ RootState::UnitSchedule& RootState::schedule_of(const UnitState& unit) {
   return it->second;
 }
 
-void RootState::set_prefetch_list(const UnitState& unit, bool forward, std::vector<UnitState*> targets) {
+void RootState::set_prefetch_list(const UnitState& unit, bool forward,
+                                  std::vector<UnitState*> targets) {
   UnitSchedule& schedule = schedule_of(unit);
   (forward ? schedule.forward_prefetch : schedule.backward_prefetch) = std::move(targets);
 }
@@ -46,7 +47,8 @@ void RootState::exit_root_forward() {
   // Swap keeps both vectors' capacity: no allocation per step.
   forward_order_.swap(recording_order_);
   recording_order_.clear();
-  for (size_t i = 0; i < forward_order_.size(); ++i) schedule_of(*forward_order_[i]).order_position = i;
+  for (size_t i = 0; i < forward_order_.size(); ++i)
+    schedule_of(*forward_order_[i]).order_position = i;
   validation_.root_forward_done();
 }
 

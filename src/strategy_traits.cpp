@@ -17,7 +17,8 @@ const StrategyTraits& traits_of(ShardingStrategy strategy) {
   static const StrategyTraits kGradOp{true, false, false, false, R::kReduceScatter};
   static const StrategyTraits kNo{false, true, false, false, R::kAllReduce};
   static const StrategyTraits kHybrid{true, true, true, true, R::kReduceScatterThenAllReduce};
-  static const StrategyTraits kHybridZero2{true, false, true, false, R::kReduceScatterThenAllReduce};
+  static const StrategyTraits kHybridZero2{true, false, true, false,
+                                           R::kReduceScatterThenAllReduce};
   switch (strategy) {
     case ShardingStrategy::kFullShard: return kFull;
     case ShardingStrategy::kShardGradOp: return kGradOp;

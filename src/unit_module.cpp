@@ -48,7 +48,9 @@ void UnitModule::set_requires_gradient_sync(bool requires_sync) {
 }
 
 void UnitModule::set_validate_execution_order(bool every_step) {
-  detail::root_state_of(*this, "set_validate_execution_order").validation().set_every_step(every_step);
+  detail::root_state_of(*this, "set_validate_execution_order")
+      .validation()
+      .set_every_step(every_step);
 }
 
 void UnitModule::before_forward(detail::TensorRefs& inputs) { state_->pre_forward(inputs); }

@@ -48,7 +48,8 @@ struct UnitConfig {
 // safe without it.
 class UnitState : public std::enable_shared_from_this<UnitState> {
  public:
-  UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params, std::weak_ptr<RootState> root);
+  UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params,
+            std::weak_ptr<RootState> root);
 
   void pre_forward(TensorRefs& inputs);
   void post_forward(TensorRefs& outputs);

@@ -436,11 +436,11 @@ TEST(CommFaults, PeerThatNeverJoinsFailsGroupCreation) {
     message = e.what();
   }
   EXPECT_NE(message.find("fsdp: creating Gloo group 'world' (rank 0 of 2) failed"),
-            std::string::npos) << message;
+            std::string::npos)
+      << message;
   // Issue #35: the error names the member it waited for, not just the
   // store's "Socket Timeout" or "Wait timeout".
-  EXPECT_NE(message.find("Members that never began creating it: 1."), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("Members that never began creating it: 1."), std::string::npos) << message;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(7));
   store.reset();
   std::filesystem::remove_all(dir);

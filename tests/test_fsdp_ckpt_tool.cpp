@@ -306,8 +306,9 @@ TEST(FsdpCkptTool, CleanRefusesAMissingPathOrARegularFile) {
   TempDir tmp;
   const CommandRun missing = fsdp_ckpt("clean " + tmp / "nonexistent");
   EXPECT_EQ(missing.exit_code, 1) << missing.output;
-  EXPECT_TRUE(contains(missing.output, "run dir '" + tmp / "nonexistent" + "' does not exist; give "
-                                       "the directory fsdp-train wrote (its --run-dir)"))
+  EXPECT_TRUE(contains(missing.output, "run dir '" + tmp / "nonexistent" +
+                                           "' does not exist; give "
+                                           "the directory fsdp-train wrote (its --run-dir)"))
       << missing.output;
   const std::string file = tmp / "notes.txt";
   std::ofstream(file) << "not a run dir\n";

@@ -196,18 +196,22 @@ TEST(NestedUnitForward, OutsideTheRootLeavesNoStateBehind) {
 
 // See [Note: a unit outliving its root] in src/unit_state.h.
 TEST(NestedUnitForward, AfterTheModelIsDestroyedIsAnError) {
-  run_ranks(2, [](RankContext& ctx) {
-    std::shared_ptr<fsdp::ShardedImpl<torch::nn::LinearImpl>> unit;
-    {
-      Mlp local(7, 10, 3, true);
-      auto model = fully_shard(local, FullyShardOptions(ctx.group));
-      unit = local->layers->ptr<fsdp::ShardedImpl<torch::nn::LinearImpl>>(0);
-      ASSERT_NE(unit, nullptr);
-    }
-    EXPECT_THROWS_WITH(unit->forward(at::randn({2, 7})),
-                       "fsdp: unit 'layers.0' was used after the model fully_shard returned was "
-                       "destroyed; keep the model alive while any of its units is in use");
-  }, quick());
+  run_ranks(
+      2,
+      [](RankContext& ctx) {
+        std::shared_ptr<fsdp::ShardedImpl<torch::nn::LinearImpl>> unit;
+        {
+          Mlp local(7, 10, 3, true);
+          auto model = fully_shard(local, FullyShardOptions(ctx.group));
+          unit = local->layers->ptr<fsdp::ShardedImpl<torch::nn::LinearImpl>>(0);
+          ASSERT_NE(unit, nullptr);
+        }
+        EXPECT_THROWS_WITH(
+            unit->forward(at::randn({2, 7})),
+            "fsdp: unit 'layers.0' was used after the model fully_shard returned was "
+            "destroyed; keep the model alive while any of its units is in use");
+      },
+      quick());
 }
 
 // -- tied, wrapped twice, non-floating ----------------------------------------

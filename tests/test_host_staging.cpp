@@ -61,49 +61,55 @@ ProcessGroupPtr cpu_staged_group(RankContext& ctx) {
   options.name = "staged";
   std::vector<int> ranks(ctx.world_size);
   for (int r = 0; r < ctx.world_size; ++r) ranks[r] = r;
-  auto gloo = comm::make_gloo_group(ctx.store, "fsdp/staged", ctx.rank, ctx.world_size, options,
-                                    ranks);
+  auto gloo =
+      comm::make_gloo_group(ctx.store, "fsdp/staged", ctx.rank, ctx.world_size, options, ranks);
   return std::make_shared<comm::HostStagedGroup>(gloo, c10::DeviceType::CPU);
 }
 
 TEST(HostStaging, EveryCollectiveCopiesInAndBackAtWorldSizesTwoToFour) {
   for (int ws : {2, 3, 4}) {
-    run_ranks(ws, [](RankContext& ctx) {
-      const int n = ctx.world_size;
-      const ProcessGroupPtr group = cpu_staged_group(ctx);
-      ProcessGroup& g = *group;
-      at::Tensor gathered = at::zeros({2 * n});
-      WorkPtr work = g.all_gather(gathered, at::full({2}, static_cast<float>(ctx.rank)));
-      work->wait();
-      EXPECT_TRUE(at::equal(gathered, at::arange(n).to(at::kFloat).repeat_interleave(2)));
-      gathered.zero_();
-      work->wait();  // waiting twice copies back once
-      EXPECT_EQ(gathered.abs().sum().item<float>(), 0.0f);
-      at::Tensor mine = at::empty({3});
-      g.reduce_scatter(mine, at::arange(3 * n).to(at::kFloat), ReduceOp::kSum)->wait();
-      EXPECT_TRUE(at::equal(mine, (at::arange(3) + 3 * ctx.rank).to(at::kFloat) * n));
-      at::Tensor largest = at::full({5}, static_cast<double>(ctx.rank + 1), at::kDouble);
-      g.all_reduce(largest, ReduceOp::kMax)->wait();
-      EXPECT_TRUE(at::equal(largest, at::full({5}, static_cast<double>(n), at::kDouble)));
-      at::Tensor received = at::empty({n}, at::kLong);
-      g.all_to_all(received, at::full({n}, ctx.rank, at::kLong))->wait();
-      EXPECT_TRUE(at::equal(received, at::arange(n, at::kLong)));
-      at::Tensor from_last = at::full({2}, ctx.rank, at::kInt);
-      g.broadcast(from_last, n - 1)->wait();
-      EXPECT_TRUE(at::equal(from_last, at::full({2}, n - 1, at::kInt)));
-    }, quick());
+    run_ranks(
+        ws,
+        [](RankContext& ctx) {
+          const int n = ctx.world_size;
+          const ProcessGroupPtr group = cpu_staged_group(ctx);
+          ProcessGroup& g = *group;
+          at::Tensor gathered = at::zeros({2 * n});
+          WorkPtr work = g.all_gather(gathered, at::full({2}, static_cast<float>(ctx.rank)));
+          work->wait();
+          EXPECT_TRUE(at::equal(gathered, at::arange(n).to(at::kFloat).repeat_interleave(2)));
+          gathered.zero_();
+          work->wait();  // waiting twice copies back once
+          EXPECT_EQ(gathered.abs().sum().item<float>(), 0.0f);
+          at::Tensor mine = at::empty({3});
+          g.reduce_scatter(mine, at::arange(3 * n).to(at::kFloat), ReduceOp::kSum)->wait();
+          EXPECT_TRUE(at::equal(mine, (at::arange(3) + 3 * ctx.rank).to(at::kFloat) * n));
+          at::Tensor largest = at::full({5}, static_cast<double>(ctx.rank + 1), at::kDouble);
+          g.all_reduce(largest, ReduceOp::kMax)->wait();
+          EXPECT_TRUE(at::equal(largest, at::full({5}, static_cast<double>(n), at::kDouble)));
+          at::Tensor received = at::empty({n}, at::kLong);
+          g.all_to_all(received, at::full({n}, ctx.rank, at::kLong))->wait();
+          EXPECT_TRUE(at::equal(received, at::arange(n, at::kLong)));
+          at::Tensor from_last = at::full({2}, ctx.rank, at::kInt);
+          g.broadcast(from_last, n - 1)->wait();
+          EXPECT_TRUE(at::equal(from_last, at::full({2}, n - 1, at::kInt)));
+        },
+        quick());
   }
 }
 
 TEST(HostStaging, SubgroupsOfAStagedGroupAreStaged) {
-  run_ranks(4, [](RankContext& ctx) {
-    const DeviceMesh mesh = make_hybrid_mesh(cpu_staged_group(ctx), 2);
-    EXPECT_NE(dynamic_cast<comm::HostStagedGroup*>(mesh.shard.get()), nullptr);
-    EXPECT_NE(dynamic_cast<comm::HostStagedGroup*>(mesh.replicate.get()), nullptr);
-    at::Tensor t = at::full({1}, static_cast<float>(ctx.rank));
-    mesh.replicate->all_reduce(t, ReduceOp::kSum)->wait();
-    EXPECT_EQ(t.item<float>(), static_cast<float>(2 * (ctx.rank % 2) + 2));
-  }, quick());
+  run_ranks(
+      4,
+      [](RankContext& ctx) {
+        const DeviceMesh mesh = make_hybrid_mesh(cpu_staged_group(ctx), 2);
+        EXPECT_NE(dynamic_cast<comm::HostStagedGroup*>(mesh.shard.get()), nullptr);
+        EXPECT_NE(dynamic_cast<comm::HostStagedGroup*>(mesh.replicate.get()), nullptr);
+        at::Tensor t = at::full({1}, static_cast<float>(ctx.rank));
+        mesh.replicate->all_reduce(t, ReduceOp::kSum)->wait();
+        EXPECT_EQ(t.item<float>(), static_cast<float>(2 * (ctx.rank % 2) + 2));
+      },
+      quick());
 }
 
 }  // namespace

@@ -10,9 +10,9 @@
 
 #include <chrono>
 #include <set>
-#include <vector>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "fsdp/comm/process_group.h"
 #include "harness/rank_harness.h"
@@ -44,13 +44,16 @@ TEST(RankHarnessDeathTest, HungRankEndsTheProcess) {
 // One process per rank (what CUDA backward needs): distinct processes, one
 // group between them, and each rank ran this test's body.
 TEST(RankProcesses, EachRankIsAProcessOfItsOwn) {
-  testing::run_rank_processes(3, [](testing::RankContext& ctx) {
-    const std::vector<int64_t> pids = all_gather_int64(*ctx.group, ::getpid());
-    EXPECT_EQ(std::set<int64_t>(pids.begin(), pids.end()).size(), 3u);
-    at::Tensor t = at::full({1}, static_cast<float>(ctx.rank));
-    ctx.group->all_reduce(t, ReduceOp::kSum)->wait();
-    EXPECT_EQ(t.item<float>(), 3.0f);
-  }, testing::quick());
+  testing::run_rank_processes(
+      3,
+      [](testing::RankContext& ctx) {
+        const std::vector<int64_t> pids = all_gather_int64(*ctx.group, ::getpid());
+        EXPECT_EQ(std::set<int64_t>(pids.begin(), pids.end()).size(), 3u);
+        at::Tensor t = at::full({1}, static_cast<float>(ctx.rank));
+        ctx.group->all_reduce(t, ReduceOp::kSum)->wait();
+        EXPECT_EQ(t.item<float>(), 3.0f);
+      },
+      testing::quick());
 }
 
 }  // namespace

@@ -73,8 +73,8 @@ class FailingStore final : public c10d::Store {
 
 c10::intrusive_ptr<c10d::Store> deadline_over(c10::intrusive_ptr<c10d::Store> inner) {
   inner->setTimeout(300ms);
-  return c10::make_intrusive<comm::DeadlineStore>(std::move(inner), "the store at h:1 (rank 0 serves it)",
-                                                  "is rank 0 stopped?");
+  return c10::make_intrusive<comm::DeadlineStore>(
+      std::move(inner), "the store at h:1 (rank 0 serves it)", "is rank 0 stopped?");
 }
 
 TEST(DeadlineStore, ACallTheServerNeverAnswersThrowsNamingTheCallAndTheServer) {
@@ -110,10 +110,13 @@ bool is_stopped(pid_t pid) {
 }
 
 std::vector<std::string> torchrun_env(int rank, int world_size, int port) {
-  return {"RANK=" + std::to_string(rank), "LOCAL_RANK=" + std::to_string(rank),
+  return {"RANK=" + std::to_string(rank),
+          "LOCAL_RANK=" + std::to_string(rank),
           "WORLD_SIZE=" + std::to_string(world_size),
-          "LOCAL_WORLD_SIZE=" + std::to_string(world_size), "MASTER_ADDR=127.0.0.1",
-          "MASTER_PORT=" + std::to_string(port), "OMP_NUM_THREADS=1"};
+          "LOCAL_WORLD_SIZE=" + std::to_string(world_size),
+          "MASTER_ADDR=127.0.0.1",
+          "MASTER_PORT=" + std::to_string(port),
+          "OMP_NUM_THREADS=1"};
 }
 
 // One point: ranks 1 and 2 must end on their own with exit 2, within the
@@ -142,9 +145,11 @@ void expect_others_fail_when_rank0_stops_at(const std::string& point) {
     EXPECT_TRUE(contains(out, "waited for the others") || contains(out, "announced its arrival") ||
                 contains(out, "shared whether it can start") ||
                 contains(out, "creating Gloo group 'world'"))
-        << "rank " << rank << " does not say what it waited for\n" << r.describe();
+        << "rank " << rank << " does not say what it waited for\n"
+        << r.describe();
     if (point == "group" && rank == 1) {
-      EXPECT_TRUE(contains(out, "creating Gloo group 'world' (rank 1 of 3) failed")) << r.describe();
+      EXPECT_TRUE(contains(out, "creating Gloo group 'world' (rank 1 of 3) failed"))
+          << r.describe();
     }
     EXPECT_FALSE(contains(out, "Exception raised from")) << r.describe();
   }
@@ -179,8 +184,10 @@ TEST(RendezvousDeadline, APortInUseIsOneClearErrorWithNoRawLogLines) {
   ::close(holder);
   ASSERT_TRUE(r.finished) << r.describe();
   EXPECT_TRUE(r.exited_with(2)) << r.describe();
-  EXPECT_TRUE(contains(r.out, "could not serve the rendezvous store at MASTER_ADDR:MASTER_PORT = "
-                              "127.0.0.1:" + std::to_string(port)))
+  EXPECT_TRUE(contains(r.out,
+                       "could not serve the rendezvous store at MASTER_ADDR:MASTER_PORT = "
+                       "127.0.0.1:" +
+                           std::to_string(port)))
       << r.describe();
   EXPECT_TRUE(contains(r.out, "choose a free MASTER_PORT")) << r.describe();
   EXPECT_FALSE(contains(r.out, "within 30000 ms")) << r.describe();

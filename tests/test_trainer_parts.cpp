@@ -171,8 +171,9 @@ TEST(TrainerDevice, BackendChoiceIsExplicitAndChecked) {
   EXPECT_EQ(bad[0], "--backend 'mpi' is not one of: gloo, nccl");
   const auto nccl_on_cpu = fsdp_train::check_options(parse({"--backend", "nccl"}), 1, nullptr);
   ASSERT_EQ(nccl_on_cpu.size(), 1u);
-  EXPECT_EQ(nccl_on_cpu[0], "--backend nccl moves CUDA tensors only; pass --device cuda with it, "
-                            "or leave out --backend (the CPU uses gloo)");
+  EXPECT_EQ(nccl_on_cpu[0],
+            "--backend nccl moves CUDA tensors only; pass --device cuda with it, "
+            "or leave out --backend (the CPU uses gloo)");
   // Never staged unless asked for: CUDA means NCCL by default.
   const auto staged = parse({"--device", "cuda", "--backend", "gloo"});
   EXPECT_EQ(fsdp_train::training_backend(staged), fsdp::CommBackend::kGloo);

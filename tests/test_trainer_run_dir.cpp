@@ -2,11 +2,11 @@
 // dir in use, a full disk under the metrics, and resuming after a crash.
 // Run as a real program, as in test_trainer.cpp.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -108,8 +108,8 @@ TEST(Trainer, ADiskFullMidLineLeavesOnlyWholeMetricsLines) {
   TempDir tmp;
   const std::string run_dir = tmp / "run";
   fs::create_directories(run_dir);
-  const auto args = tiny({"--steps", "200", "--eval-every", "0", "--sample-bytes", "0",
-                          "--run-dir", run_dir});
+  const auto args =
+      tiny({"--steps", "200", "--eval-every", "0", "--sample-bytes", "0", "--run-dir", run_dir});
   ProcessResult r;
   {
     ScopedFileSizeLimit limit(8192);
@@ -122,7 +122,8 @@ TEST(Trainer, ADiskFullMidLineLeavesOnlyWholeMetricsLines) {
       << r.output;
   const std::string text = read_text(run_dir + "/metrics.jsonl");
   ASSERT_FALSE(text.empty()) << "no step was logged before the disk filled";
-  EXPECT_EQ(text.back(), '\n') << "metrics.jsonl ends mid-line: ..." << text.substr(text.size() - 40);
+  EXPECT_EQ(text.back(), '\n') << "metrics.jsonl ends mid-line: ..."
+                               << text.substr(text.size() - 40);
   EXPECT_NO_THROW(read_metrics(run_dir));
 }
 

@@ -118,7 +118,8 @@ detail::Verdict check_optimizer_state_complete(const Reader& reader,
                                                const std::vector<ParamShard>& shards) {
   const auto& recorded = reader.index().params_with_optimizer_state;
   const std::set<std::string> had_state =
-      recorded ? std::set<std::string>(recorded->begin(), recorded->end()) : std::set<std::string>{};
+      recorded ? std::set<std::string>(recorded->begin(), recorded->end())
+               : std::set<std::string>{};
   std::set<std::string> all;
   std::map<std::string, std::set<std::string>> by_param;
   for (const auto& shard : shards) {

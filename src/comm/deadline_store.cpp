@@ -100,7 +100,8 @@ std::vector<uint8_t> DeadlineStore::get(const std::string& key) {
 }
 
 int64_t DeadlineStore::add(const std::string& key, int64_t value) {
-  return bounded("add", {key}, timeout_, [key, value](c10d::Store& s) { return s.add(key, value); });
+  return bounded("add", {key}, timeout_,
+                 [key, value](c10d::Store& s) { return s.add(key, value); });
 }
 
 bool DeadlineStore::deleteKey(const std::string& key) {

@@ -44,8 +44,7 @@ namespace fsdp::comm {
 // within `bound`; the thread is then abandoned. An exception it throws is
 // rethrown here.
 template <typename Call>
-std::optional<std::invoke_result_t<Call>> call_within(std::chrono::milliseconds bound,
-                                                      Call call) {
+std::optional<std::invoke_result_t<Call>> call_within(std::chrono::milliseconds bound, Call call) {
   using Result = std::invoke_result_t<Call>;
   auto task = std::make_shared<std::packaged_task<Result()>>(std::move(call));
   std::future<Result> result = task->get_future();
@@ -77,7 +76,8 @@ class DeadlineStore final : public compat::CloneableStore<DeadlineStore> {
   bool check(const std::vector<std::string>& keys) override;
   int64_t getNumKeys() override;
   void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
   void setTimeout(const std::chrono::milliseconds& timeout) override;
   // Where c10d::Store has clone(): the same deadlines over the inner store's
   // clone. A template, so that it is compiled only where CloneableStore

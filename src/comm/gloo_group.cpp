@@ -53,9 +53,8 @@ bool gloo_reduces_natively(at::ScalarType t) {
 // failed. A peer that never came is then named, not just "Socket Timeout".
 std::string members_that_never_began(const c10::intrusive_ptr<c10d::Store>& store, int size) {
   try {
-    const auto absent = call_within(std::chrono::seconds(1), [store, size] {
-      return members_not_joining(*store, size);
-    });
+    const auto absent = call_within(std::chrono::seconds(1),
+                                    [store, size] { return members_not_joining(*store, size); });
     if (absent) return *absent;
   } catch (const std::exception&) {
     // the store failed too: said below
@@ -75,12 +74,14 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> join_gloo_peers(
     gloo_options->threads = 1;  // our worker runs one collective at a time anyway
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo_options);
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, "fsdp: creating Gloo group '", options.name, "' (rank ", rank, " of ",
-                size, ") failed: ", error_message(e),
+    TORCH_CHECK(false, "fsdp: creating Gloo group '", options.name, "' (rank ", rank, " of ", size,
+                ") failed: ", error_message(e),
                 "\nMembers that never began creating it: ", members_that_never_began(store, size),
-                ". Check that all ", size, " ranks started, use the same store (MASTER_ADDR/"
+                ". Check that all ", size,
+                " ranks started, use the same store (MASTER_ADDR/"
                 "MASTER_PORT), create the same groups in the same order, and joined within the "
-                "timeout (", options.timeout.count(), " ms)");
+                "timeout (",
+                options.timeout.count(), " ms)");
   }
 }
 

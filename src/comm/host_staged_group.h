@@ -40,8 +40,7 @@ class HostStagedGroup final : public ProcessGroup {
   CommCounters counters() const override { return host_->counters(); }
 
   WorkPtr all_gather(const at::Tensor& output, const at::Tensor& input) override;
-  WorkPtr reduce_scatter(const at::Tensor& output, const at::Tensor& input,
-                         ReduceOp op) override;
+  WorkPtr reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) override;
   WorkPtr all_reduce(const at::Tensor& tensor, ReduceOp op) override;
   WorkPtr all_to_all(const at::Tensor& output, const at::Tensor& input) override;
   WorkPtr broadcast(const at::Tensor& tensor, int root) override;

@@ -55,7 +55,8 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env,
   // No libuv in Debian's 2.6. See [Note: the TCPStore server libfsdp asks for].
   compat::use_classic_tcpstore_server(options);
   try {
-    const compat::QuietLibTorchLog quiet;  // See [Note: no raw LibTorch log line while a store connects]
+    const compat::QuietLibTorchLog
+        quiet;  // See [Note: no raw LibTorch log line while a store connects]
     // See [Note: a deadline on every store call]
     return c10::make_intrusive<DeadlineStore>(
         c10::make_intrusive<c10d::TCPStore>(env.master_addr, options),
@@ -67,12 +68,15 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env,
     // no timeout was waited out.
     TORCH_CHECK(env.rank != 0, "fsdp: rank 0 of ", env.world_size, " (", env.source,
                 " environment) could not serve the rendezvous store at MASTER_ADDR:MASTER_PORT "
-                "= ", where(env), ": ", error_message(e), ". If another process holds port ",
-                env.master_port, ", choose a free MASTER_PORT (fsdp-run --master-port) or end "
+                "= ",
+                where(env), ": ", error_message(e), ". If another process holds port ",
+                env.master_port,
+                ", choose a free MASTER_PORT (fsdp-run --master-port) or end "
                 "that process; MASTER_ADDR must be an address of rank 0's host");
     TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size, " (", env.source,
                 " environment) could not reach the rendezvous store at MASTER_ADDR:MASTER_PORT "
-                "= ", where(env), " within ", timeout.count(), " ms: ", error_message(e));
+                "= ",
+                where(env), " within ", timeout.count(), " ms: ", error_message(e));
   }
 }
 
@@ -136,8 +140,9 @@ void throw_store_stopped_answering(const LaunchEnv& env, const char* doing,
   const bool not_answering = dynamic_cast<const StoreNotAnswering*>(&cause) != nullptr;
   TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size,
               " could not finish the rendezvous: while it ", doing, ", ", error_message(cause),
-              not_answering ? "" : ". Rank 0 serves that store: check its output (it may have "
-                                   "given up waiting, or died)");
+              not_answering ? ""
+                            : ". Rank 0 serves that store: check its output (it may have "
+                              "given up waiting, or died)");
 }
 
 // See [Note: a deadline on every rendezvous wait] in rendezvous_store.h.
@@ -159,7 +164,8 @@ c10::intrusive_ptr<c10d::Store> join_rendezvous(const LaunchEnv& env,
   }
   TORCH_CHECK(false, "fsdp: rank ", env.rank, " of ", env.world_size,
               " could not finish the rendezvous: while it connected and waited for the others, "
-              "the rendezvous store at ", where(env), " stopped answering for ", timeout.count(),
+              "the rendezvous store at ",
+              where(env), " stopped answering for ", timeout.count(),
               " ms: is rank 0 stopped or hung? Check that its process is running, or raise the "
               "timeout (--timeout, FSDP_COMM_TIMEOUT)");
 }

@@ -154,7 +154,8 @@ class FullOptimStateBuilder {
     for (size_t i = first; i < first + num_params(group); ++i) {
       const at::Tensor* value = local_.find(i, field);
       if (!value) continue;
-      const auto slice = layout.local_slice(static_cast<int64_t>(i - first), group.groups().shard->rank());
+      const auto slice =
+          layout.local_slice(static_cast<int64_t>(i - first), group.groups().shard->rank());
       if (slice.numel > 0) shard.narrow(0, slice.shard_offset, slice.numel).copy_(value->reshape(-1));
     }
     return shard;

@@ -12,8 +12,8 @@ RootState& idle_root_state(const UnitModule& root, const char* api) {
   RootState& state = root_state_of(root, api);
   for (const auto& unit : state.units()) {
     const auto& group = unit->params();
-    TORCH_CHECK(group.is_aliased() || !group.holds_gathered_buffer(),
-                "fsdp: ", api, " was called while unit '", unit->name(),
+    TORCH_CHECK(group.is_aliased() || !group.holds_gathered_buffer(), "fsdp: ", api,
+                " was called while unit '", unit->name(),
                 "' holds gathered parameters (inside forward or backward); call it between "
                 "training steps");
   }

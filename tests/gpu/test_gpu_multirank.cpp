@@ -10,8 +10,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 #include <torch/optim/sgd.h>
+#include <torch/torch.h>
 
 #include <cmath>
 #include <filesystem>
@@ -53,9 +53,9 @@ struct LaneCase {
   // This rank's options beyond the lane's group (strategy, mesh, policies).
   std::function<void(FullyShardOptions&, RankContext&)> configure = nullptr;
   bool checkpoint_activations = false;  // every block recomputed in backward
-  bool accumulate = false;     // two micro-batches, the first under NoSyncGuard
-  double clip_norm_type = 0;   // > 0: clip_grad_norm_tensor_ to 0.5 with this p
-  bool bf16 = false;           // bf16 compute: losses within 3e-2, no gradient bound
+  bool accumulate = false;              // two micro-batches, the first under NoSyncGuard
+  double clip_norm_type = 0;            // > 0: clip_grad_norm_tensor_ to 0.5 with this p
+  bool bf16 = false;                    // bf16 compute: losses within 3e-2, no gradient bound
 };
 
 // Largest |actual - expected| over the largest |expected|, in float64 on the CPU.
@@ -140,34 +140,38 @@ void run_lane(const LaneCase& c) {
   if (c.clip_norm_type > 0) {
     torch::nn::utils::clip_grad_norm_(first_step->parameters(), 0.5, c.clip_norm_type);
   }
-  run_rank_processes(c.world_size, [&](RankContext& ctx) {
-    const std::string who = c.what + " ws" + std::to_string(ctx.world_size) + " " + rank_str(ctx);
-    GPT local(config);
-    copy_state(*local, *initial);
-    local->to(at::kCUDA);
-    FullyShardOptions options(ctx.group);
-    if (c.bf16) {
-      options.mp(MixedPrecisionPolicy().param_dtype(at::kBFloat16).reduce_dtype(at::kFloat));
-    }
-    if (c.configure) c.configure(options, ctx);
-    auto model = fully_shard(local, options);
-    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-    for (int s = 0; s < kSteps; ++s) {
-      const at::Tensor rows = local_rows(tokens[s], ctx.rank, ctx.world_size);
-      opt.zero_grad();
-      const at::Tensor loss = rank_forward_backward(c, model, rows);
-      if (c.clip_norm_type > 0) {
-        const at::Tensor norm = clip_grad_norm_tensor_(*model, 0.5, c.clip_norm_type);
-        EXPECT_TRUE(norm.is_cuda()) << who << ": the norm stays on the GPU";
-      }
-      if (s == 0 && !c.bf16) expect_grad_shards_match(*model, *first_step, 1e-6, who);
-      opt.step();
-      const double global = global_mean(*ctx.group, loss.item<double>());
-      EXPECT_LE(relative_diff(global, ref_losses[s]), c.bf16 ? 3e-2 : 1e-5)
-          << who << " step " << s << ": " << global << " vs " << ref_losses[s];
-    }
-    if (!c.bf16) expect_shards_match(*model, *reference, 1e-5, 1e-5, who);
-  }, gpu_lane());  // one process per rank: see harness/rank_processes.h
+  run_rank_processes(
+      c.world_size,
+      [&](RankContext& ctx) {
+        const std::string who =
+            c.what + " ws" + std::to_string(ctx.world_size) + " " + rank_str(ctx);
+        GPT local(config);
+        copy_state(*local, *initial);
+        local->to(at::kCUDA);
+        FullyShardOptions options(ctx.group);
+        if (c.bf16) {
+          options.mp(MixedPrecisionPolicy().param_dtype(at::kBFloat16).reduce_dtype(at::kFloat));
+        }
+        if (c.configure) c.configure(options, ctx);
+        auto model = fully_shard(local, options);
+        torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+        for (int s = 0; s < kSteps; ++s) {
+          const at::Tensor rows = local_rows(tokens[s], ctx.rank, ctx.world_size);
+          opt.zero_grad();
+          const at::Tensor loss = rank_forward_backward(c, model, rows);
+          if (c.clip_norm_type > 0) {
+            const at::Tensor norm = clip_grad_norm_tensor_(*model, 0.5, c.clip_norm_type);
+            EXPECT_TRUE(norm.is_cuda()) << who << ": the norm stays on the GPU";
+          }
+          if (s == 0 && !c.bf16) expect_grad_shards_match(*model, *first_step, 1e-6, who);
+          opt.step();
+          const double global = global_mean(*ctx.group, loss.item<double>());
+          EXPECT_LE(relative_diff(global, ref_losses[s]), c.bf16 ? 3e-2 : 1e-5)
+              << who << " step " << s << ": " << global << " vs " << ref_losses[s];
+        }
+        if (!c.bf16) expect_shards_match(*model, *reference, 1e-5, 1e-5, who);
+      },
+      gpu_lane());  // one process per rank: see harness/rank_processes.h
 }
 
 class GpuLane : public ::testing::TestWithParam<LaneCase> {};
@@ -235,15 +239,18 @@ TEST(GpuLaneCheckpoint, SavedOnCudaLoadsAtAnotherWorldSizeAndOnTheCpu) {
   at::manual_seed(3);
   GPT source(config);
   StateDict saved;
-  run_ranks(2, [&](RankContext& ctx) {
-    GPT local(config);
-    copy_state(*local, *source);
-    local->to(at::kCUDA);
-    auto model = fully_shard(local, FullyShardOptions(ctx.group));
-    ckpt::save_training_state(*ctx.group, dir, *model, nullptr);
-    StateDict full = full_state_dict(*model);
-    if (ctx.rank == 0) saved = full;
-  }, gpu_lane());
+  run_ranks(
+      2,
+      [&](RankContext& ctx) {
+        GPT local(config);
+        copy_state(*local, *source);
+        local->to(at::kCUDA);
+        auto model = fully_shard(local, FullyShardOptions(ctx.group));
+        ckpt::save_training_state(*ctx.group, dir, *model, nullptr);
+        StateDict full = full_state_dict(*model);
+        if (ctx.rank == 0) saved = full;
+      },
+      gpu_lane());
   ASSERT_FALSE(saved.is_empty());
   const auto expect_same = [&](const StateDict& got, const std::string& where) {
     for (const auto& item : saved) {
@@ -252,18 +259,21 @@ TEST(GpuLaneCheckpoint, SavedOnCudaLoadsAtAnotherWorldSizeAndOnTheCpu) {
       EXPECT_TRUE(at::equal(t->cpu(), item.value().cpu())) << where << ": " << item.key();
     }
   };
-  run_ranks(3, [&](RankContext& ctx) {
-    GPT local(config);
-    local->to(at::kCUDA);
-    auto model = fully_shard(local, FullyShardOptions(ctx.group));
-    ckpt::load_training_state(*ctx.group, dir, *model, nullptr);
-    const StateDict full = full_state_dict(*model);
-    if (ctx.rank == 0) expect_same(full, "3 ranks on CUDA");
-    SummonFullParams summoned(*model);
-    for (const auto& p : model->named_parameters()) {
-      EXPECT_TRUE(p.value().is_cuda()) << p.key();
-    }
-  }, gpu_lane());
+  run_ranks(
+      3,
+      [&](RankContext& ctx) {
+        GPT local(config);
+        local->to(at::kCUDA);
+        auto model = fully_shard(local, FullyShardOptions(ctx.group));
+        ckpt::load_training_state(*ctx.group, dir, *model, nullptr);
+        const StateDict full = full_state_dict(*model);
+        if (ctx.rank == 0) expect_same(full, "3 ranks on CUDA");
+        SummonFullParams summoned(*model);
+        for (const auto& p : model->named_parameters()) {
+          EXPECT_TRUE(p.value().is_cuda()) << p.key();
+        }
+      },
+      gpu_lane());
   GPT alone(config);
   const ProcessGroupPtr one = make_single_process_group();
   auto model = fully_shard(alone, FullyShardOptions(one));

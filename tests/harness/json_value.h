@@ -30,7 +30,7 @@ class JsonValue {
   JsonValue operator[](const char* key) const { return at(key); }
   JsonValue operator[](size_t index) const;  // an array's element; throws when out of range
   JsonValue operator[](int index) const { return (*this)[static_cast<size_t>(index)]; }
-  size_t size() const;                       // elements of an array, members of an object
+  size_t size() const;  // elements of an array, members of an object
   std::vector<std::pair<std::string, JsonValue>> items() const;  // an object's members
 
   // double, int64_t, bool, std::string, std::vector<int64_t>, std::vector<double>.
@@ -49,12 +49,18 @@ class JsonValue {
   const rapidjson::Value* value_;
 };
 
-template <> double JsonValue::get<double>() const;
-template <> int64_t JsonValue::get<int64_t>() const;
-template <> bool JsonValue::get<bool>() const;
-template <> std::string JsonValue::get<std::string>() const;
-template <> std::vector<int64_t> JsonValue::get<std::vector<int64_t>>() const;
-template <> std::vector<double> JsonValue::get<std::vector<double>>() const;
+template <>
+double JsonValue::get<double>() const;
+template <>
+int64_t JsonValue::get<int64_t>() const;
+template <>
+bool JsonValue::get<bool>() const;
+template <>
+std::string JsonValue::get<std::string>() const;
+template <>
+std::vector<int64_t> JsonValue::get<std::vector<int64_t>>() const;
+template <>
+std::vector<double> JsonValue::get<std::vector<double>>() const;
 
 bool operator==(const JsonValue& value, int64_t number);
 inline std::ostream& operator<<(std::ostream& out, const JsonValue& value) {

@@ -76,8 +76,9 @@ at::Tensor local_rows(const at::Tensor& global, int rank, int world_size) {
 
 double global_mean(ProcessGroup& group, double local) {
   // See [Note: a group's device]: on the CPU for Gloo, on the GPU otherwise.
-  at::Tensor t = at::full({1}, local, at::TensorOptions(at::kDouble).device(
-                                          collective_device(group, at::Device(at::kCPU))));
+  at::Tensor t = at::full(
+      {1}, local,
+      at::TensorOptions(at::kDouble).device(collective_device(group, at::Device(at::kCPU))));
   group.all_reduce(t, ReduceOp::kSum)->wait();
   return t.item<double>() / group.size();
 }

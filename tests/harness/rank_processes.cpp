@@ -1,8 +1,8 @@
 #include "harness/rank_processes.h"
 
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <unistd.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <climits>
 #include <cstdlib>
@@ -53,16 +53,17 @@ void run_rank_processes(int world_size, const std::function<void(RankContext&)>&
     run_this_rank(body, options);
     return;
   }
-  const auto results = run_processes(this_program(), {current_test_filter()}, world_size,
-                                     options.timeout,
-                                     {{kRankProcessVariable, std::to_string(::getpid())},
-                                      {"OMP_NUM_THREADS", "1"}});
+  const auto results =
+      run_processes(this_program(), {current_test_filter()}, world_size, options.timeout,
+                    {{kRankProcessVariable, std::to_string(::getpid())}, {"OMP_NUM_THREADS", "1"}});
   for (const ProcessResult& r : results) {
     EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << " of " << world_size << " (signal "
-                              << r.term_signal << "):\n" << r.output;
+                              << r.term_signal << "):\n"
+                              << r.output;
     // A filter that matched nothing would pass without running the body.
     EXPECT_NE(r.output.find("[  PASSED  ] 1 test."), std::string::npos)
-        << "rank " << r.rank << " did not run this test:\n" << r.output;
+        << "rank " << r.rank << " did not run this test:\n"
+        << r.output;
   }
 }
 

@@ -4,7 +4,6 @@
 // and its metrics.jsonl read back. Shared by test_trainer.cpp and
 // test_trainer_run_dir.cpp.
 
-
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -53,7 +52,8 @@ std::map<int64_t, JsonValue> by_step(const std::vector<JsonValue>& lines);
 std::string read_text(const std::string& path);
 void expect_close(double a, double b, double rel, const std::string& what);
 // The same for two numbers read from JSON.
-inline void expect_close(const JsonValue& a, const JsonValue& b, double rel, const std::string& what) {
+inline void expect_close(const JsonValue& a, const JsonValue& b, double rel,
+                         const std::string& what) {
   expect_close(a.get<double>(), b.get<double>(), rel, what);
 }
 

@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
   std::string stop_at;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg.rfind("--timeout-ms=", 0) == 0) timeout = std::chrono::milliseconds(std::stol(arg.substr(13)));
+    if (arg.rfind("--timeout-ms=", 0) == 0)
+      timeout = std::chrono::milliseconds(std::stol(arg.substr(13)));
     if (arg.rfind("--stop-rank0-at=", 0) == 0) stop_at = arg.substr(16);
   }
   try {

@@ -42,10 +42,10 @@ int clean(const std::string& dir) {
         "run dir '{}' does not exist; give the directory fsdp-train wrote (its --run-dir)", dir));
   }
   if (!std::filesystem::is_directory(dir, ec)) {
-    throw std::runtime_error(fmt::format(
-        "'{}' is not a directory; give a run dir (fsdp-train's --run-dir), which holds "
-        "checkpoint/ and checkpoints/",
-        dir));
+    throw std::runtime_error(
+        fmt::format("'{}' is not a directory; give a run dir (fsdp-train's --run-dir), which holds "
+                    "checkpoint/ and checkpoints/",
+                    dir));
   }
   if (fsdp::tools::RunDirLock::held_elsewhere(dir)) {
     throw std::runtime_error(fmt::format(

@@ -281,9 +281,12 @@ class Supervisor {
       }
       w.stopped_since.reset();
       kill(-w.pid, SIGKILL);  // a stopped process acts on nothing gentler
-      fail_with_running(w, fmt::format("rank {} (pid {}) has been stopped by a signal for {} s, longer than the "
-                       "timeout (--timeout or FSDP_COMM_TIMEOUT); killed it",
-                       w.place.rank, w.pid, opts_.stall_timeout_s), 128 + SIGKILL);
+      fail_with_running(
+          w,
+          fmt::format("rank {} (pid {}) has been stopped by a signal for {} s, longer than the "
+                      "timeout (--timeout or FSDP_COMM_TIMEOUT); killed it",
+                      w.place.rank, w.pid, opts_.stall_timeout_s),
+          128 + SIGKILL);
     }
   }
 

@@ -19,11 +19,16 @@ double median(std::vector<double> values) {
 
 const char* step_phase_name(StepPhase phase) {
   switch (phase) {
-    case StepPhase::kForward: return "forward + loss";
-    case StepPhase::kBackward: return "backward";
-    case StepPhase::kClip: return "clip_grad_norm_";
-    case StepPhase::kOptimizer: return "optimizer step";
-    case StepPhase::kBookkeeping: return "loss all-reduce";
+    case StepPhase::kForward:
+      return "forward + loss";
+    case StepPhase::kBackward:
+      return "backward";
+    case StepPhase::kClip:
+      return "clip_grad_norm_";
+    case StepPhase::kOptimizer:
+      return "optimizer step";
+    case StepPhase::kBookkeeping:
+      return "loss all-reduce";
   }
   return "?";
 }
@@ -60,14 +65,15 @@ std::string PhaseTimer::summary(size_t skip) const {
     totals.push_back(total);
   }
   const double step_ms = 1e3 * median(totals);
-  std::string out = fmt::format("  phases (median of {} steps, device synchronized after each)\n",
-                                totals.size());
+  std::string out =
+      fmt::format("  phases (median of {} steps, device synchronized after each)\n", totals.size());
   for (size_t p = 0; p < kStepPhaseCount; ++p) {
     std::vector<double> times;
     for (size_t s = skip; s < steps_.size(); ++s) times.push_back(steps_[s][p]);
     const double ms = 1e3 * median(times);
-    out += fmt::format("    {:<18} {:9.2f} ms  {:5.1f}%\n", step_phase_name(static_cast<StepPhase>(p)),
-                       ms, step_ms > 0 ? 100.0 * ms / step_ms : 0.0);
+    out +=
+        fmt::format("    {:<18} {:9.2f} ms  {:5.1f}%\n", step_phase_name(static_cast<StepPhase>(p)),
+                    ms, step_ms > 0 ? 100.0 * ms / step_ms : 0.0);
   }
   out += fmt::format("    {:<18} {:9.2f} ms\n", "step", step_ms);
   return out;

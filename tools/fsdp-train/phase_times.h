@@ -48,7 +48,7 @@ class PhaseTimer {
   const c10::Device device_;
   const bool enabled_;
   Clock::time_point last_mark_;
-  std::array<double, kStepPhaseCount> current_{};          // seconds, this step
+  std::array<double, kStepPhaseCount> current_{};           // seconds, this step
   std::vector<std::array<double, kStepPhaseCount>> steps_;  // seconds, per finished step
 };
 

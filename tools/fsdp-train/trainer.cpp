@@ -16,21 +16,21 @@
 #include <memory>
 #include <optional>
 
+#include "config_json.h"
 #include "fsdp/checkpoint/run_dir.h"
 #include "fsdp/checkpoint/training_state.h"
 #include "fsdp/clip_grad.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/introspection.h"
 #include "fsdp/models/gpt.h"
-#include "config_json.h"
 #include "generate.h"
 #include "gpt_setup.h"
 #include "lr_schedule.h"
 #include "memory_check.h"
 #include "metrics_log.h"
 #include "output_file.h"
-#include "phase_times.h"
 #include "peak_memory.h"
+#include "phase_times.h"
 #include "plot.h"
 #include "progress.h"
 #include "rank_figures.h"
@@ -285,7 +285,8 @@ AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) 
   // host reads its result once, after the whole step is queued.
   const bool over_budget = o_.time_budget > 0 && seconds_since(train_start) >= o_.time_budget;
   const auto options = collective_options(at::kDouble);
-  at::Tensor sums = at::stack({local_loss.to(options), at::full({}, over_budget ? 1.0 : 0.0, options)});
+  at::Tensor sums =
+      at::stack({local_loss.to(options), at::full({}, over_budget ? 1.0 : 0.0, options)});
   world_.all_reduce(sums, fsdp::ReduceOp::kSum)->wait();
   const at::Tensor host_sums = sums.cpu();
   AgreedStep agreed;

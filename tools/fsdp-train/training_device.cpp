@@ -20,8 +20,9 @@ void validate_device(const TrainOptions& o, std::vector<std::string>& errors) {
     errors.push_back(fmt::format("--backend '{}' is not one of: gloo, nccl", o.backend));
   }
   if (o.device != "cuda" && o.backend == "nccl") {
-    errors.push_back("--backend nccl moves CUDA tensors only; pass --device cuda with it, or "
-                     "leave out --backend (the CPU uses gloo)");
+    errors.push_back(
+        "--backend nccl moves CUDA tensors only; pass --device cuda with it, or "
+        "leave out --backend (the CPU uses gloo)");
   }
   if (o.device == "cuda" && o.deferred_init) {
     // Deferred init materializes each module on the CPU; on a GPU the whole

@@ -147,6 +147,26 @@ TEST(Trainer, HookTimesReportEachRanksTimeInsideTheHooksAndChangeNothing) {
   EXPECT_EQ(plain[0].output.find("FSDP hooks"), std::string::npos);
 }
 
+// --phase-times prints each phase's median and leaves the training as it
+// was: the synchronizations it adds change no value.
+TEST(Trainer, PhaseTimesNameEveryPhaseAndChangeNothing) {
+  TempDir tmp;
+  const auto common = tiny({"--steps", "4", "--eval-every", "0", "--sample-bytes", "0"});
+  const auto plain = run_alone(concat(common, {"--run-dir", tmp / "plain"}));
+  const auto timed = run_alone(concat(common, {"--run-dir", tmp / "timed", "--phase-times"}));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(timed.exit_code, 0) << timed.output;
+  const auto a = read_metrics(tmp / "plain"), b = read_metrics(tmp / "timed");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].at("loss"), b[i].at("loss")) << i;
+  for (const char* phase : {"phases (median of 2 steps", "forward + loss", "backward",
+                            "clip_grad_norm_", "optimizer step", "loss all-reduce"}) {
+    EXPECT_NE(timed.output.find(phase), std::string::npos) << phase << "\n" << timed.output;
+  }
+  EXPECT_EQ(plain.output.find("phases ("), std::string::npos);
+}
+
 TEST(Trainer, EveryStrategyAndPolicyTrainsLikeTheReference) {
   TempDir tmp;
   const auto common = tiny({"--steps", "4", "--eval-every", "0", "--sample-bytes", "0"});

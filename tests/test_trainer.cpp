@@ -421,7 +421,7 @@ TEST(Trainer, HelpDocumentsEveryOptionWithItsDefault) {
         "--sample-bytes", "--layers", "--width", "--heads", "--context", "--quiet", "--data",
         "--batch", "--timeout", "FSDP_COMM_TIMEOUT", "--compress-weights", "--compress-grads",
         "--compress-scope", "--compress-block-size", "--device", "LOCAL_RANK", "--preset",
-        "PRESETS", "gpt2-small-bytes", "gpt-1b", "--hook-times"}) {
+        "PRESETS", "gpt2-small-bytes", "gpt-1b", "--hook-times", "--phase-times", "--backend"}) {
     EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
   }
   EXPECT_NE(r.output.find("--lr FLOAT=0.003"), std::string::npos) << r.output;  // a default

@@ -85,7 +85,7 @@ TEST(DeadlineStore, ACallTheServerNeverAnswersThrowsNamingTheCallAndTheServer) {
                      "'fsdp/readiness/1') within 300 ms: is rank 0 stopped?");
   EXPECT_THROWS_WITH(store->add("count", 1), "did not answer add('count') within 300 ms");
   EXPECT_THROWS_WITH(store->wait({"k"}, 500ms), "did not answer wait('k') within 500 ms");
-  EXPECT_THROWS_WITH(store->set("k", {1}), "did not answer set('k')");
+  EXPECT_THROWS_WITH(store->set("k", std::vector<uint8_t>{1}), "did not answer set('k')");
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);  // a hang, not a speed bound
 }
 

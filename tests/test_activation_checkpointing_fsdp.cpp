@@ -204,7 +204,7 @@ INSTANTIATE_TEST_SUITE_P(Fsdp, CheckpointedComposition, ::testing::ValuesIn(comp
 
 // Against one process without checkpointing, SGD with momentum (no Adam
 // epsilon to amplify rounding): the parity suite's bounds.
-TEST(ActivationCheckpointing, MatchesSingleProcessTraining) {
+TEST(ActivationCheckpointingInUnits, MatchesSingleProcessTraining) {
   auto config = tiny_gpt_config(true);
   config.n_layer = 3;
   at::manual_seed(24);

@@ -1,6 +1,7 @@
 // fsdp::keep_freed_cpu_memory: a freed buffer comes back without its pages
 // being faulted in again ([Note: freed CPU memory kept for reuse]). Each
-// case runs in a process of its own (CTest), so glibc starts at its defaults.
+// case runs in a process of its own (tests/labels.cmake), so glibc starts at
+// its defaults.
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>

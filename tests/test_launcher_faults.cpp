@@ -55,7 +55,7 @@ bool is_stopped(pid_t pid) {
 
 // ---- failures ---------------------------------------------------------------
 
-TEST(Launcher, FailingWorkerStopsTheOthersAndPassesOnItsExitCode) {
+TEST(LauncherFaults, FailingWorkerStopsTheOthersAndPassesOnItsExitCode) {
   TempDir dir("fsdp-launcher");
   // Rank 1 waits until every rank (and rank 0's child) is up, then exits 3;
   // the others would sleep for a minute.
@@ -75,7 +75,7 @@ TEST(Launcher, FailingWorkerStopsTheOthersAndPassesOnItsExitCode) {
   expect_all_gone(read_pids(dir, "child", 3), "child of rank");
 }
 
-TEST(Launcher, WorkerKilledBySignalIsNamedWithTheSignal) {
+TEST(LauncherFaults, WorkerKilledBySignalIsNamedWithTheSignal) {
   TempDir dir("fsdp-launcher");
   Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--write-pid",
                       "--wait-all", "2", "--sigkill-rank", "1", "--sleep", "60"});
@@ -94,7 +94,7 @@ TEST(Launcher, WorkerKilledBySignalIsNamedWithTheSignal) {
 // makes no progress and never exits. fsdp-run names it and ends the job
 // within the timeout plus the grace period, exiting 128+9 as for any worker
 // it killed (issue #35: it exited 1).
-TEST(Launcher, WorkerStoppedLongerThanTheTimeoutIsNamedAndTheJobEnds) {
+TEST(LauncherFaults, WorkerStoppedLongerThanTheTimeoutIsNamedAndTheJobEnds) {
   TempDir dir("fsdp-launcher");
   const auto start = std::chrono::steady_clock::now();
   Launch launch(dir, {"--nproc-per-node", "2", "--timeout", "2", "--", kProbe, "--dir",
@@ -113,7 +113,7 @@ TEST(Launcher, WorkerStoppedLongerThanTheTimeoutIsNamedAndTheJobEnds) {
 }
 
 // A worker continued before the timeout is left alone.
-TEST(Launcher, WorkerContinuedInTimeIsLeftAlone) {
+TEST(LauncherFaults, WorkerContinuedInTimeIsLeftAlone) {
   TempDir dir("fsdp-launcher");
   Launch launch(dir, {"--nproc-per-node", "2", "--timeout", "30", "--", kProbe, "--dir",
                       dir.path(), "--write-pid", "--wait-all", "2", "--sigstop-rank", "1",
@@ -129,7 +129,7 @@ TEST(Launcher, WorkerContinuedInTimeIsLeftAlone) {
   EXPECT_FALSE(contains(r.err, "stopped by a signal")) << r.describe();
 }
 
-TEST(Launcher, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
+TEST(LauncherFaults, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
   TempDir dir("fsdp-launcher");
   Launch launch(dir, {"--nproc-per-node", "2", "--grace-period", "0.5", "--", kProbe, "--dir",
                       dir.path(), "--ignore-term", "--write-pid", "--wait-all", "2",
@@ -144,7 +144,7 @@ TEST(Launcher, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
   expect_all_gone(read_pids(dir, "pid", 2), "rank");
 }
 
-TEST(Launcher, AllWorkersSucceedingExitsZeroWithNoLauncherMessages) {
+TEST(LauncherFaults, AllWorkersSucceedingExitsZeroWithNoLauncherMessages) {
   Result r = run_launcher({"--nproc-per-node", "2", "--", kProbe, "--exit-rank", "7", "1"});
   EXPECT_TRUE(r.exited_with(0)) << r.describe();
   EXPECT_EQ(r.err, "") << r.describe();
@@ -152,7 +152,7 @@ TEST(Launcher, AllWorkersSucceedingExitsZeroWithNoLauncherMessages) {
 
 // ---- signals to the launcher ----------------------------------------------------
 
-TEST(Launcher, SigtermToLauncherIsForwardedToEveryWorkerAndItsChildren) {
+TEST(LauncherFaults, SigtermToLauncherIsForwardedToEveryWorkerAndItsChildren) {
   TempDir dir("fsdp-launcher");
   // Each worker traps SIGTERM, has a child that traps it too, and on the
   // signal waits for that child before exiting.
@@ -175,7 +175,7 @@ TEST(Launcher, SigtermToLauncherIsForwardedToEveryWorkerAndItsChildren) {
   expect_all_gone(read_pids(dir, "child", 2), "child of rank");
 }
 
-TEST(Launcher, SigintToLauncherIsForwardedAsSigintAndLauncherDiesFromIt) {
+TEST(LauncherFaults, SigintToLauncherIsForwardedAsSigintAndLauncherDiesFromIt) {
   TempDir dir("fsdp-launcher");
   Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--trap",
                       "--write-pid", "--sleep", "60"});
@@ -191,7 +191,7 @@ TEST(Launcher, SigintToLauncherIsForwardedAsSigintAndLauncherDiesFromIt) {
   expect_all_gone(read_pids(dir, "pid", 2), "rank");
 }
 
-TEST(Launcher, SigkilledLauncherLeavesNoOrphans) {
+TEST(LauncherFaults, SigkilledLauncherLeavesNoOrphans) {
   // fsdp-run cannot clean up after SIGKILL; the workers' death signal must.
   TempDir dir("fsdp-launcher");
   Launch launch(dir, {"--nproc-per-node", "2", "--", kProbe, "--dir", dir.path(), "--write-pid",

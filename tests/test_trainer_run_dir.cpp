@@ -27,7 +27,7 @@ using namespace fsdp::testing;  // tiny, run_alone, read_metrics...
 
 // Issue #13, point 4 ([Note: one run per run dir]): a second run into a run
 // dir in use is refused before it writes anything there, naming the holder.
-TEST(Trainer, ASecondRunIntoABusyRunDirIsRefusedNamingTheHolder) {
+TEST(TrainerRunDir, ASecondRunIntoABusyRunDirIsRefusedNamingTheHolder) {
   TempDir tmp;
   const std::string run_dir = tmp / "run";
   fs::create_directories(run_dir);
@@ -59,7 +59,7 @@ TEST(Trainer, ASecondRunIntoABusyRunDirIsRefusedNamingTheHolder) {
 // that cannot be written stops the run, naming the file and the reason, and
 // never leaves a cut line behind while training goes on. /dev/full fails
 // every write with ENOSPC, as a full disk does.
-TEST(Trainer, AFullDiskUnderTheMetricsStopsTheRunNamingTheFile) {
+TEST(TrainerRunDir, AFullDiskUnderTheMetricsStopsTheRunNamingTheFile) {
   ASSERT_TRUE(fs::exists("/dev/full")) << "Linux provides /dev/full; this test needs it";
   TempDir tmp;
   const std::string run_dir = tmp / "run";
@@ -104,7 +104,7 @@ class ScopedFileSizeLimit {
 // with whole lines only. Every file of the run may grow to 8 KiB: far more
 // than config.json, and reached by metrics.jsonl within a few dozen steps,
 // in the middle of some line.
-TEST(Trainer, ADiskFullMidLineLeavesOnlyWholeMetricsLines) {
+TEST(TrainerRunDir, ADiskFullMidLineLeavesOnlyWholeMetricsLines) {
   TempDir tmp;
   const std::string run_dir = tmp / "run";
   fs::create_directories(run_dir);
@@ -131,7 +131,7 @@ TEST(Trainer, ADiskFullMidLineLeavesOnlyWholeMetricsLines) {
 // checkpoint that verifies across checkpoint/ and checkpoints/step-*, says
 // which and why it skipped newer ones, removes what killed saves left, and
 // --keep-last bounds the step checkpoints kept.
-TEST(Trainer, ResumeFromACrashedRunDirTakesTheNewestCheckpointThatVerifies) {
+TEST(TrainerRunDir, ResumeFromACrashedRunDirTakesTheNewestCheckpointThatVerifies) {
   TempDir tmp;
   const std::string run = tmp / "run";
   const auto common = tiny({"--sample-bytes", "0", "--eval-every", "0"});

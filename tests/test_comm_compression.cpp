@@ -128,7 +128,8 @@ TEST(WireFormat, DecodeAddSumsInFp32) {
   const at::Tensor error = (acc.to(at::kDouble) - sum).abs();
   const at::Tensor bound = int8_bound(x, 256) * (1 + 1e-6) + sum.abs() * std::ldexp(1.0, -23);
   EXPECT_TRUE((error <= bound).all().item<bool>())
-      << "one plus the decoded values: worst error / bound " << (error / bound).max().item<double>();
+      << "one plus the decoded values: worst error / bound "
+      << (error / bound).max().item<double>();
 }
 
 TEST(WireFormat, BadArgumentsNameTheValueAndTheFix) {

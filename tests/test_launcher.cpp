@@ -284,6 +284,12 @@ TEST(Launcher, HelpDocumentsEveryFlagWithItsDefault) {
         "-- PROGRAM [ARGS...]", "[rank R]", "mpirun", "srun", "--nnodes 2 --node-rank 1"}) {
     EXPECT_TRUE(contains(r.out, text)) << "help lacks '" << text << "'\n" << r.out;
   }
+  // [Note: restarts]: the flag, the rules and the variables the workers get.
+  for (const char* text : {"--max-restarts,--max_restarts K=0", "RESTARTS", "Same step",
+                           "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                           "FSDP_RUN_PROGRESS_FILE", "FSDP_RUN_FAILURE_TIME", "--resume auto"}) {
+    EXPECT_TRUE(contains(r.out, text)) << "help lacks '" << text << "'\n" << r.out;
+  }
 }
 
 }  // namespace

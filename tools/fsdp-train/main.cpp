@@ -6,6 +6,7 @@
 //   lr_schedule    warmup + cosine decay
 //   run_dir        the run directory, checkpoint paths, rank agreement
 //   resume_config  what a checkpoint records, and --resume's defaults
+//   restart_env    what fsdp-run tells a restarted start; fault_injection: a test seam
 //   trainer        the training loop (model, optimizer, eval, checkpoints)
 //   progress       the live progress line; metrics_log: metrics.jsonl
 //   plot           plot.png via gnuplot; generate: text sampling
@@ -41,6 +42,7 @@
 #include "fsdp/cpu_heap.h"
 #include "fsdp/error_message.h"
 #include "memory_check.h"
+#include "restart_env.h"
 #include "resume_config.h"
 #include "run_dir.h"
 #include "train_options.h"
@@ -70,7 +72,11 @@ void adopt_resume_checkpoint(TrainSetup& setup, std::vector<std::string>& errors
   TrainOptions& o = setup.options;
   if (o.resume.empty()) return;
   try {
-    fsdp_train::ResumeChoice choice = fsdp_train::resolve_resume_dir(o.resume);
+    const std::optional<fsdp_train::ResumeChoice> found =
+        o.resume == "auto" ? fsdp_train::resolve_auto_resume(o.run_dir)
+                           : fsdp_train::resolve_resume_dir(o.resume);
+    if (!found) return;  // --resume auto in a new run dir: a fresh start
+    fsdp_train::ResumeChoice choice = *found;
     setup.resume_dir = choice.dir;
     setup.resume_rejected = std::move(choice.rejected);
     const fsdp::ckpt::Reader reader = fsdp::ckpt::Reader::open(setup.resume_dir);
@@ -134,6 +140,7 @@ bool check_memory(const TrainSetup& setup, int ranks_on_node, std::vector<std::s
 // then share them (train_distributed).
 std::vector<std::string> check_inputs(TrainSetup& setup, int world_size, int ranks_on_node) {
   std::vector<std::string> errors;
+  if (std::string e = setup.faults.read_from_env(); !e.empty()) errors.push_back(std::move(e));
   adopt_resume_checkpoint(setup, errors);
   for (auto& e : fsdp_train::check_options(setup.options, world_size, &setup.layout)) {
     errors.push_back(std::move(e));
@@ -151,6 +158,7 @@ std::vector<std::string> check_inputs(TrainSetup& setup, int world_size, int ran
       !problem.empty()) {
     errors.push_back(problem);
   }
+  setup.timeline.inputs_checked = fsdp_train::epoch_seconds_now();
   return errors;
 }
 
@@ -216,6 +224,7 @@ int train_in_world(TrainSetup& setup, const std::function<fsdp::ProcessGroupPtr(
                    const std::string& where) {
   try {
     setup.world = make_world();
+    setup.timeline.world_ready = fsdp_train::epoch_seconds_now();
     return fsdp_train::train(setup);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fsdp-train: error%s: %s\n", where.c_str(), fsdp::error_message(e).c_str());
@@ -253,6 +262,7 @@ int train_distributed(TrainSetup& setup, const fsdp::LaunchEnv& env,
     return kBadInput;
   }
   prepare_this_rank(setup, env.local_world_size, env.local_rank);
+  setup.local_rank = env.local_rank;
   return train_in_world(setup, [&] { return meeting->create_world(options); },
                         fmt::format(" on rank {}", env.rank));
 }
@@ -260,10 +270,13 @@ int train_distributed(TrainSetup& setup, const fsdp::LaunchEnv& env,
 }  // namespace
 
 int main(int argc, char** argv) {
+  const double process_start = fsdp_train::epoch_seconds_now();
   fsdp_train::ParseResult parsed = fsdp_train::parse_train_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   TrainSetup setup;
   setup.options = std::move(*parsed.options);
+  setup.restart = fsdp_train::read_restart_env();
+  setup.timeline.process_start = process_start;
 
   // Where this process sits. Nothing here talks to other ranks.
   if (!fsdp::launched_distributed()) {

@@ -125,6 +125,7 @@ void print_summary(const RunSummary& s) {
   fmt::print("  steps           {}/{}{}{}\n", s.last_step, s.total_steps,
              s.start_step > 0 ? fmt::format(" (resumed at {})", s.start_step) : std::string(),
              s.stopped_by_time_budget ? " (stopped by --time-budget)" : "");
+  if (s.restarts) fmt::print("  restarts        {}\n", s.restarts->summary());
   fmt::print("  time            {} ({:.0f} ms/step)\n", human_duration(s.train_seconds),
              steps_run > 0 ? 1000.0 * s.train_seconds / static_cast<double>(steps_run) : 0.0);
   fmt::print("  loss            {:.4f} -> {:.4f} nats/byte (train){}\n", s.first_loss,

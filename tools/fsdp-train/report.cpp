@@ -98,8 +98,10 @@ std::optional<HookSummary> summarize_hook_times(const std::vector<StepRecord>& r
     if (r.hook_us.empty()) continue;
     slowest.push_back(static_cast<double>(*std::max_element(r.hook_us.begin(), r.hook_us.end())));
     for (const auto& [range, us] : r.hook_us_by_range) {
+      // Named, not captured: C++17 lambdas cannot capture a structured binding.
+      const std::string& name = range;
       auto it = std::find_if(ranges.begin(), ranges.end(),
-                             [&](const auto& known) { return known.first == range; });
+                             [&](const auto& known) { return known.first == name; });
       if (it == ranges.end()) it = ranges.insert(ranges.end(), {range, {}});
       it->second.push_back(us);
     }

@@ -221,6 +221,10 @@ TEST(Launcher, BadInputIsRejectedWithExitCode2AndTheFix) {
       {{"--standalone", "--master-port", "1234", "--", kProbe},
        "--standalone picks MASTER_ADDR=127.0.0.1 and a free port itself; drop --master-port"},
       {{"--standalone", "--nnodes", "2", "--", kProbe}, "--standalone runs a single node"},
+      {{"--max-restarts", "-1", "--", kProbe},
+       "fsdp-run: --max-restarts must be a whole number from 0 to 1000000, got '-1' (e.g. "
+       "--max-restarts 3)"},
+      {{"--max-restarts", "many", "--", kProbe}, "--max-restarts must be a whole number"},
   };
   for (const BadInputCase& c : cases) {
     Result r = run_launcher(c.args);

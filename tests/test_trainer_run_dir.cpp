@@ -1,5 +1,6 @@
 // fsdp-train and its run dir under faults (issue #13): a second run into a
-// dir in use, a full disk under the metrics, and resuming after a crash.
+// dir in use, a full disk under the metrics, and resuming after a crash
+// (by hand, and with --resume auto as restarts do).
 // Run as a real program, as in test_trainer.cpp.
 
 #include <fcntl.h>
@@ -165,6 +166,36 @@ TEST(Trainer, ResumeFromACrashedRunDirTakesTheNewestCheckpointThatVerifies) {
   EXPECT_EQ(kept, (std::vector<std::string>{"step-00000008", "step-00000010"}));
   EXPECT_EQ(fsdp::ckpt::Reader::open(run + "/checkpoint").step(), 10);
   EXPECT_EQ(by_step(read_metrics(run)).size(), 10u);
+}
+
+// Issue #33, point 3: --resume auto starts afresh where there is nothing to
+// resume, continues from the newest checkpoint that verifies, and refuses a
+// run dir whose checkpoints all fail to verify instead of training over them.
+TEST(Trainer, ResumeAutoStartsAfreshResumesTheNewestAndRefusesOnlyDamagedCheckpoints) {
+  TempDir tmp;
+  const std::string run = tmp / "run";
+  const auto common = tiny({"--sample-bytes", "0", "--eval-every", "0", "--save-every", "2",
+                            "--resume", "auto", "--run-dir", run});
+  const auto fresh = run_alone(concat(common, {"--steps", "4"}));
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_EQ(fresh.output.find("resume "), std::string::npos) << fresh.output;
+
+  const auto resumed = run_alone(concat(common, {"--steps", "6"}));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resume    " + run + "/checkpoint at step 4"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(by_step(read_metrics(run)).size(), 6u);
+
+  for (const std::string dir : {"/checkpoint", "/checkpoints/step-00000002",
+                                "/checkpoints/step-00000004", "/checkpoints/step-00000006"}) {
+    fsdp::testing::flip_byte(run + dir + "/rank-00000-of-00001.safetensors", -1);
+  }
+  const auto refused = run_alone(concat(common, {"--steps", "8"}));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--resume auto: run dir '" + run +
+                                "' holds checkpoints but none verifies"),
+            std::string::npos)
+      << refused.output;
 }
 
 }  // namespace

@@ -280,6 +280,10 @@ TEST(Launcher, SigintToLauncherWithRestartsLeftStopsWithoutRestarting) {
     ASSERT_TRUE(r.finished) << r.describe();
     EXPECT_TRUE(r.exited_with(3)) << r.describe();
     EXPECT_FALSE(contains(r.err, "restart 1")) << r.describe();
+    EXPECT_TRUE(contains(r.err,
+                         "fsdp-run: rank 1 exited with code 3; not restarting: fsdp-run "
+                         "itself was told to stop (SIGINT, SIGTERM or SIGHUP)"))
+        << r.describe();
     EXPECT_EQ(starts_seen(r.out, 0, 1) + starts_seen(r.out, 1, 1), 0) << r.describe();
     expect_all_gone(read_pids(dir, "pid", 2), "rank");
   }

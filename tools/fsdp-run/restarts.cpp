@@ -95,10 +95,13 @@ int pending_stop_signal() {
 RestartPolicy::Decision RestartPolicy::after_failure(const JobOutcome& outcome,
                                                      std::optional<int64_t> failed_in_step) {
   Decision decision;
-  if (max_restarts_ == 0 || !outcome.failure || outcome.interrupted) return decision;
+  if (max_restarts_ == 0 || !outcome.failure) return decision;
   const std::string cause = describe_failure(*outcome.failure, failed_in_step);
   const int left = max_restarts_ - restarts_done_;
-  if (outcome.start_failed) {
+  if (outcome.interrupted) {
+    decision.message = fmt::format(
+        "{}; not restarting: fsdp-run itself was told to stop (SIGINT, SIGTERM or SIGHUP)", cause);
+  } else if (outcome.start_failed) {
     decision.message =
         fmt::format("{}; not restarting: it would not start the next time either", cause);
   } else if (failed_in_step && previous_failed_step_ == failed_in_step) {

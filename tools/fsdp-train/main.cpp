@@ -16,8 +16,8 @@
 // fsdp-run/torchrun/mpirun/srun), checks every input on every rank before
 // any heavy work or any collective, has the ranks agree that every one of
 // them can start, then creates the process group and trains. Exit status:
-// 0 done; 2 bad input (every rank, wherever it was found); 1 a failure
-// while training.
+// 0 done (also when --resume auto finds the training already complete); 2
+// bad input (every rank, wherever it was found); 1 a failure while training.
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -54,6 +54,7 @@ namespace {
 using fsdp_train::TrainOptions;
 using fsdp_train::TrainSetup;
 
+constexpr int kDone = 0;
 constexpr int kBadInput = 2;
 constexpr int kFailed = 1;
 
@@ -65,6 +66,32 @@ int threads_per_rank(int local_world_size) {
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / std::max(1, local_world_size));
+}
+
+// [Note: a finished run under --resume auto]
+// The checkpoint to resume is at --steps (the checkpoint's, or a given one)
+// or beyond: nothing is left to train. Under --resume auto that is the run
+// dir of a finished training, restarted because a rank failed after the
+// final save (in the sample or the report): done, exit 0, so that fsdp-run
+// ends the job as a success instead of restarting it until its restarts run
+// out. The test is on the step alone, not on checkpoint/ existing: a run
+// stopped by --time-budget also saves checkpoint/, before --steps, and the
+// next start continues it with a budget of its own. A checkpoint named with
+// --resume DIR asks to train from it, so there the same finding is an error.
+void note_nothing_left(TrainSetup& setup, std::vector<std::string>& errors) {
+  const TrainOptions& o = setup.options;
+  if (o.resume == "auto") {
+    setup.finished = fmt::format(
+        "the training in run dir '{}' is complete: its newest checkpoint that verifies, '{}', "
+        "is at step {} of --steps {}; nothing left to train (--resume auto), exiting. Pass a "
+        "larger --steps to train further",
+        o.run_dir, setup.resume_dir, setup.resume_step, o.steps);
+    return;
+  }
+  errors.push_back(fmt::format(
+      "--resume '{}' is at step {}, and --steps is {}: nothing is left to train; pass a "
+      "larger --steps (the cosine schedule then spans the new total)",
+      setup.resume_dir, setup.resume_step, o.steps));
 }
 
 // --resume first: options left out default to the checkpoint's.
@@ -84,12 +111,7 @@ void adopt_resume_checkpoint(TrainSetup& setup, std::vector<std::string>& errors
     for (auto& e : fsdp_train::adopt_checkpoint_options(o, reader.extras_json(), setup.resume_dir)) {
       errors.push_back(std::move(e));
     }
-    if (errors.empty() && setup.resume_step >= o.steps) {
-      errors.push_back(fmt::format(
-          "--resume '{}' is at step {}, and --steps is {}: nothing is left to train; pass a "
-          "larger --steps (the cosine schedule then spans the new total)",
-          setup.resume_dir, setup.resume_step, o.steps));
-    }
+    if (errors.empty() && setup.resume_step >= o.steps) note_nothing_left(setup, errors);
   } catch (const std::exception& e) {
     errors.push_back(fsdp::error_message(e));
   }
@@ -142,6 +164,8 @@ std::vector<std::string> check_inputs(TrainSetup& setup, int world_size, int ran
   std::vector<std::string> errors;
   if (std::string e = setup.faults.read_from_env(); !e.empty()) errors.push_back(std::move(e));
   adopt_resume_checkpoint(setup, errors);
+  // See [Note: a finished run under --resume auto]: nothing else is needed.
+  if (!setup.finished.empty()) return errors;
   for (auto& e : fsdp_train::check_options(setup.options, world_size, &setup.layout)) {
     errors.push_back(std::move(e));
   }
@@ -235,8 +259,15 @@ int train_in_world(TrainSetup& setup, const std::function<fsdp::ProcessGroupPtr(
   }
 }
 
+// See [Note: a finished run under --resume auto]. Returns the exit status.
+int report_finished(const TrainSetup& setup, bool speaks) {
+  if (speaks) std::printf("fsdp-train: %s\n", setup.finished.c_str());
+  return kDone;
+}
+
 int train_alone(TrainSetup& setup, const std::vector<std::string>& errors) {
   if (!errors.empty()) return report_bad_input(errors);
+  if (!setup.finished.empty()) return report_finished(setup, /*speaks=*/true);
   prepare_this_rank(setup, /*local_world_size=*/1, /*local_rank=*/0);
   const fsdp::GroupOptions options = group_options(setup.options);
   return train_in_world(setup, [&] { return fsdp::make_single_process_group(options); }, "");
@@ -261,6 +292,8 @@ int train_distributed(TrainSetup& setup, const fsdp::LaunchEnv& env,
     if (errors.empty()) report_ranks_not_ready(meeting->not_ready(), env);
     return kBadInput;
   }
+  // After the meeting, so that a rank that finds bad input still stops all.
+  if (!setup.finished.empty()) return report_finished(setup, /*speaks=*/env.rank == 0);
   prepare_this_rank(setup, env.local_world_size, env.local_rank);
   setup.local_rank = env.local_rank;
   return train_in_world(setup, [&] { return meeting->create_world(options); },

@@ -221,6 +221,10 @@ TEST(Launcher, BadInputIsRejectedWithExitCode2AndTheFix) {
       {{"--standalone", "--master-port", "1234", "--", kProbe},
        "--standalone picks MASTER_ADDR=127.0.0.1 and a free port itself; drop --master-port"},
       {{"--standalone", "--nnodes", "2", "--", kProbe}, "--standalone runs a single node"},
+      {{"--max-restarts", "-1", "--", kProbe},
+       "fsdp-run: --max-restarts must be a whole number from 0 to 1000000, got '-1' (e.g. "
+       "--max-restarts 3)"},
+      {{"--max-restarts", "many", "--", kProbe}, "--max-restarts must be a whole number"},
   };
   for (const BadInputCase& c : cases) {
     Result r = run_launcher(c.args);
@@ -282,6 +286,12 @@ TEST(Launcher, HelpDocumentsEveryFlagWithItsDefault) {
         "--standalone", "--no-prefix", "--grace-period,--grace_period SECONDS=5",
         "--timeout SECONDS", "FSDP_COMM_TIMEOUT", "--memory-limit,--memory_limit SIZE", "RLIMIT_DATA",
         "-- PROGRAM [ARGS...]", "[rank R]", "mpirun", "srun", "--nnodes 2 --node-rank 1"}) {
+    EXPECT_TRUE(contains(r.out, text)) << "help lacks '" << text << "'\n" << r.out;
+  }
+  // [Note: restarts]: the flag, the rules and the variables the workers get.
+  for (const char* text : {"--max-restarts,--max_restarts K=0", "RESTARTS", "Same step",
+                           "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                           "FSDP_RUN_PROGRESS_FILE", "FSDP_RUN_FAILURE_TIME", "--resume auto"}) {
     EXPECT_TRUE(contains(r.out, text)) << "help lacks '" << text << "'\n" << r.out;
   }
 }

@@ -191,6 +191,104 @@ TEST(LauncherFaults, SigintToLauncherIsForwardedAsSigintAndLauncherDiesFromIt) {
   expect_all_gone(read_pids(dir, "pid", 2), "rank");
 }
 
+// ---- restarts (issue #33, point 1) -----------------------------------------
+
+// How many times `rank` printed TORCHELASTIC_RESTART_COUNT=`count`.
+int starts_seen(const std::string& out, int rank, int count) {
+  const std::string line =
+      "[rank " + std::to_string(rank) + "] var TORCHELASTIC_RESTART_COUNT=" + std::to_string(count);
+  int seen = 0;
+  for (const std::string& l : lines_of(out)) seen += l == line;
+  return seen;
+}
+
+// [Note: restarts]: a failed group is stopped and started again, with the
+// torchrun variables counting the starts, until --max-restarts runs out;
+// the job then exits with the last failure's code.
+TEST(LauncherFaults, FailedGroupStartsAgainUntilTheRestartsRunOut) {
+  TempDir dir("fsdp-launcher");
+  Launch launch(
+      dir, {"--nproc-per-node", "2", "--max-restarts", "2", "--", kProbe, "--print-var",
+            "TORCHELASTIC_RESTART_COUNT", "--print-var", "TORCHELASTIC_MAX_RESTARTS", "--print-var",
+            "FSDP_RUN_FAILURE_TIME", "--exit-rank", "1", "3", "--sleep", "60"});
+  Result r = launch.wait(kJobLimit);
+  ASSERT_TRUE(r.finished) << r.describe();
+  EXPECT_TRUE(r.exited_with(3)) << r.describe();
+  for (int count = 0; count <= 2; ++count) {
+    EXPECT_EQ(starts_seen(r.out, 1, count), 1) << "start " << count << "\n" << r.describe();
+  }
+  EXPECT_EQ(starts_seen(r.out, 1, 3), 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "[rank 1] var TORCHELASTIC_MAX_RESTARTS=2")) << r.describe();
+  // The first start has no failure before it; the restarts are told its time.
+  EXPECT_TRUE(contains(r.out, "[rank 1] var FSDP_RUN_FAILURE_TIME=unset")) << r.describe();
+  EXPECT_TRUE(contains(r.out, "[rank 1] var FSDP_RUN_FAILURE_TIME=1")) << r.describe();
+  for (const char* text :
+       {"fsdp-run: restart 1 of 2: rank 1 exited with code 3; the group stopped in ",
+        "fsdp-run: restart 2 of 2: rank 1 exited with code 3; the group stopped in ",
+        "fsdp-run: rank 1 exited with code 3; no restarts left (--max-restarts 2 used up)"}) {
+    EXPECT_TRUE(contains(r.err, text)) << text << "\n" << r.describe();
+  }
+}
+
+// Ctrl-C means stop, restarts left or not: while the group runs, and while
+// a failed group is being stopped (where a restart would otherwise follow).
+TEST(LauncherFaults, SigintToLauncherWithRestartsLeftStopsWithoutRestarting) {
+  {
+    TempDir dir("fsdp-launcher");
+    Launch launch(
+        dir, {"--nproc-per-node", "2", "--max-restarts", "3", "--", kProbe, "--print-var",
+              "TORCHELASTIC_RESTART_COUNT", "--dir", dir.path(), "--write-pid", "--sleep", "60"});
+    ASSERT_TRUE(wait_until([&] { return all_files_exist(dir, "pid", 2); }, 30s));
+    ASSERT_EQ(kill(launch.pid(), SIGINT), 0);
+    Result r = launch.wait(kStopLimit);
+    ASSERT_TRUE(r.finished) << r.describe();
+    EXPECT_TRUE(r.killed_by(SIGINT)) << r.describe();
+    EXPECT_FALSE(contains(r.err, "restart")) << r.describe();
+    EXPECT_EQ(starts_seen(r.out, 0, 1) + starts_seen(r.out, 1, 1), 0) << r.describe();
+  }
+  {
+    // Rank 1 fails; rank 0 ignores the SIGTERM that stops it, so the stop
+    // waits out a long grace period, and the SIGINT arrives inside it.
+    TempDir dir("fsdp-launcher");
+    Launch launch(dir, {"--nproc-per-node",
+                        "2",
+                        "--max-restarts",
+                        "3",
+                        "--grace-period",
+                        "30",
+                        "--",
+                        kProbe,
+                        "--print-var",
+                        "TORCHELASTIC_RESTART_COUNT",
+                        "--dir",
+                        dir.path(),
+                        "--ignore-term",
+                        "--write-pid",
+                        "--wait-all",
+                        "2",
+                        "--exit-rank",
+                        "1",
+                        "3",
+                        "--sleep",
+                        "60"});
+    ASSERT_TRUE(wait_until(
+        [&] { return contains(read_file(dir / "child.err"), "stopping the other 1 worker(s)"); },
+        30s))
+        << read_file(dir / "child.err");
+    ASSERT_EQ(kill(launch.pid(), SIGINT), 0);
+    Result r = launch.wait(kStopLimit);
+    ASSERT_TRUE(r.finished) << r.describe();
+    EXPECT_TRUE(r.exited_with(3)) << r.describe();
+    EXPECT_FALSE(contains(r.err, "restart 1")) << r.describe();
+    EXPECT_TRUE(contains(r.err,
+                         "fsdp-run: rank 1 exited with code 3; not restarting: fsdp-run "
+                         "itself was told to stop (SIGINT, SIGTERM or SIGHUP)"))
+        << r.describe();
+    EXPECT_EQ(starts_seen(r.out, 0, 1) + starts_seen(r.out, 1, 1), 0) << r.describe();
+    expect_all_gone(read_pids(dir, "pid", 2), "rank");
+  }
+}
+
 TEST(LauncherFaults, SigkilledLauncherLeavesNoOrphans) {
   // fsdp-run cannot clean up after SIGKILL; the workers' death signal must.
   TempDir dir("fsdp-launcher");

@@ -348,6 +348,8 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
        "--steps: '99999999999999999999' does not fit in a 64-bit integer (the largest is "
        "9223372036854775807)"},
   };
+  // --resume auto resumes the run dir's newest checkpoint: it needs one.
+  cases.push_back({{"--resume", "auto"}, 1, "--resume auto needs --run-dir"});
 #if !defined(FSDP_WITH_NCCL)  // a CUDA build runs it: tests/gpu/test_gpu_trainer.cpp
   cases.push_back({{"--device", "cuda"}, 2,
                    "--device cuda: this fsdp-train was built against a LibTorch without CUDA"});
@@ -514,6 +516,96 @@ TEST(Trainer, ResumeContinuesBitwiseOnTheSameWorldSizeAndCloselyOnAnother) {
   const auto done = run_alone({"--resume", tmp / "saved" + "/checkpoint", "--run-dir", tmp / "done"});
   EXPECT_EQ(done.exit_code, 2) << done.output;
   EXPECT_NE(done.output.find("is at step 6, and --steps is 6"), std::string::npos) << done.output;
+}
+
+// ---------------------------------------------------------------------------
+// Restarts (issue #33): fsdp-run --max-restarts with fsdp-train --resume auto,
+// the failures made by the FSDP_TRAIN_TEST_SIGKILL_AT seam.
+
+// fsdp-run --max-restarts 3 over 2 ranks of fsdp-train `args`, with
+// FSDP_TRAIN_TEST_SIGKILL_AT=`kills`. Its output goes to files in `dir`.
+ChildResult run_with_restarts(const TempDir& dir, const std::vector<std::string>& args,
+                              const std::string& kills) {
+  ChildProcess job(dir, kLauncher,
+                   concat({"--standalone", "--nproc-per-node", "2", "--max-restarts", "3", "--",
+                           FSDP_BIN_DIR "/fsdp-train"},
+                          args),
+                   {"FSDP_TRAIN_TEST_SIGKILL_AT=" + kills, "OMP_NUM_THREADS=1"});
+  return job.wait(kTrainerRunLimit);
+}
+
+// metrics.jsonl split into its step lines and its restart markers.
+std::pair<std::vector<JsonValue>, std::vector<JsonValue>> steps_and_restarts(
+    const std::string& run_dir) {
+  std::pair<std::vector<JsonValue>, std::vector<JsonValue>> split;
+  for (auto& line : read_metrics(run_dir)) {
+    (line.contains("restart") ? split.second : split.first).push_back(std::move(line));
+  }
+  return split;
+}
+
+// Rank 0 dies at the start of step 4 (its line of step 3 written, the last
+// checkpoint at step 2), then rank 1 at the start of step 7 (just after the
+// step-6 checkpoint). Each restart resumes the newest checkpoint, exactly:
+// the run ends where and as the uninterrupted one did, bit for bit.
+TEST(Trainer, RestartsAfterTwoKillsFinishWithTheUninterruptedLossBitwise) {
+  TempDir tmp;
+  const auto common =
+      tiny({"--steps", "8", "--save-every", "2", "--sample-bytes", "0", "--eval-every", "0"});
+  expect_all_ok(run_ranks(concat(common, {"--run-dir", tmp / "straight"}), 2));
+  const std::string run = tmp / "restarted";
+  const ChildResult r =
+      run_with_restarts(tmp, concat(common, {"--resume", "auto", "--run-dir", run}), "0:4:0,1:7:1");
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  for (const std::string& text : std::vector<std::string>{
+           "fsdp-run: restart 1 of 3: rank 0 was killed by signal 9 (SIGKILL) during step 4;",
+           "fsdp-run: restart 2 of 3: rank 1 was killed by signal 9 (SIGKILL) during step 7;",
+           "resume    " + run + "/checkpoints/step-00000002 at step 2",
+           "resume    " + run + "/checkpoints/step-00000006 at step 6", "restart 2: first step ",
+           "restarts        2 (redone 1 step, "}) {
+    EXPECT_TRUE(contains(r.out + r.err, text)) << text << "\n" << r.describe();
+  }
+  EXPECT_FALSE(contains(r.err, "restart 3")) << r.describe();
+
+  const auto straight = by_step(read_metrics(tmp / "straight"));
+  const auto [lines, restarts] = steps_and_restarts(run);
+  const auto again = by_step(lines);
+  ASSERT_EQ(lines.size(), 8u) << "each step once";
+  for (int64_t step = 1; step <= 8; ++step) {
+    ASSERT_TRUE(again.count(step)) << step;
+    EXPECT_EQ(again.at(step).at("loss").get<double>(), straight.at(step).at("loss").get<double>())
+        << "step " << step;
+  }
+  expect_same_checkpoint(tmp / "straight" + "/checkpoint", run + "/checkpoint");
+  ASSERT_EQ(restarts.size(), 2u);
+  EXPECT_EQ(restarts[0].at("after_step"), 2);
+  EXPECT_EQ(restarts[0].at("redone_steps"), 1);  // step 3
+  EXPECT_EQ(restarts[1].at("after_step"), 6);
+  EXPECT_EQ(restarts[1].at("total_redone_steps"), 1);
+  // The plot marks both restarts with a dashed line.
+  const std::string script = read_text(run + "/plot.gp");
+  for (const char* at : {"set arrow from first 2, graph 0", "set arrow from first 6, graph 0"}) {
+    EXPECT_TRUE(contains(script, at)) << at << "\n" << script;
+  }
+}
+
+// [Note: restarts]: a fault that comes back at the same step would use up
+// every restart; the second time, fsdp-run stops naming the step.
+TEST(Trainer, AFaultAtTheSameStepEveryTimeStopsTheRestartsNamingTheStep) {
+  TempDir tmp;
+  const auto args = tiny({"--steps", "6", "--save-every", "2", "--sample-bytes", "0",
+                          "--eval-every", "0", "--resume", "auto", "--run-dir", tmp / "run"});
+  const ChildResult r = run_with_restarts(tmp, args, "1:3:0,1:3:1,1:3:2,1:3:3");
+  ASSERT_TRUE(r.finished) << r.describe();
+  EXPECT_TRUE(r.exited_with(128 + 9)) << r.describe();
+  for (const char* text :
+       {"fsdp-run: restart 1 of 3: rank 1 was killed by signal 9 (SIGKILL) during step 3;",
+        "fsdp-run: rank 1 was killed by signal 9 (SIGKILL) during step 3 again, as the previous "
+        "start did: restarting made no progress, so fsdp-run stops with 2 restart(s) left",
+        "fix what fails at step 3"}) {
+    EXPECT_TRUE(contains(r.err, text)) << text << "\n" << r.describe();
+  }
+  EXPECT_FALSE(contains(r.err, "restart 2 of 3")) << r.describe();
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // fsdp-train's pure parts, compiled in from tools/fsdp-train/: the batch
 // sampler, the learning-rate schedule, the option checks, the model presets,
-// the device checks, the metrics lines and the summary's hook times.
+// the device checks, the metrics lines (restart markers too) and the
+// summary's hook times.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -12,8 +13,9 @@
 #include <vector>
 
 #include "corpus.h"
-#include "lr_schedule.h"
 #include "fsdp/models/gpt.h"
+#include "harness/temp_dir.h"
+#include "lr_schedule.h"
 #include "memory_check.h"
 #include "metrics_log.h"
 #include "model_presets.h"
@@ -332,6 +334,57 @@ TEST(TrainerMetrics, HookSummaryIsTheMedianStepOfTheSlowestRankPerUnit) {
   // On the GPU the hooks only launch collectives: no waits to mention.
   EXPECT_FALSE(
       fsdp_train::summarize_hook_times(records, 4, 2, /*includes_waits=*/false).value().includes_waits);
+}
+
+// A step that took `ms` milliseconds, as metrics.jsonl records it.
+fsdp_train::StepRecord timed_step(int64_t step, double ms) {
+  fsdp_train::StepRecord r;
+  r.step = step;
+  r.loss = 5.0;
+  r.ms = ms;
+  return r;
+}
+
+// [Note: redone work across restarts]: start 0 records steps 1-5 and dies;
+// restart 1 resumes at step 4 (redoing step 5), records 5-7 and dies;
+// restart 2 resumes at step 2, as if the step-4 checkpoint did not verify,
+// which drops steps 3-7 and restart 1's marker with them. The totals still
+// count restart 1's step.
+TEST(TrainerMetrics, RedoneWorkCountsEveryRestartEvenOneWhoseMarkerIsDropped) {
+  fsdp::testing::TempDir dir("fsdp-metrics");
+  {
+    fsdp_train::MetricsLog start(dir.path(), 0);
+    for (int64_t step = 1; step <= 5; ++step) start.append(timed_step(step, 100));
+    EXPECT_TRUE(start.restarts().empty());
+  }
+  {
+    fsdp_train::MetricsLog restart1(dir.path(), 4, 1);
+    ASSERT_EQ(restart1.restarts().size(), 1u);
+    EXPECT_EQ(restart1.restarts()[0].redone_steps, 1);
+    EXPECT_EQ(restart1.restarts()[0].total_redone_steps, 1);
+    for (int64_t step = 5; step <= 7; ++step) restart1.append(timed_step(step, 100));
+  }
+  fsdp_train::MetricsLog restart2(dir.path(), 2, 2);
+  ASSERT_EQ(restart2.restarts().size(), 1u) << "restart 1's marker came after step 2";
+  const fsdp_train::RestartMarker& marker = restart2.restarts()[0];
+  EXPECT_EQ(marker.restart, 2);
+  EXPECT_EQ(marker.after_step, 2);
+  EXPECT_EQ(marker.redone_steps, 5);  // 3 and 4 of start 0, 5-7 of restart 1
+  EXPECT_NEAR(marker.redone_s, 0.5, 1e-9);
+  EXPECT_EQ(marker.total_redone_steps, 6);  // and restart 1's step 5
+  EXPECT_NEAR(marker.total_redone_s, 0.6, 1e-9);
+  ASSERT_EQ(restart2.records().size(), 2u);
+
+  // The file says the same: steps 1 and 2, then restart 2's marker.
+  std::ifstream in(dir.path() + "/metrics.jsonl");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  const auto read_back = fsdp_train::RestartMarker::from_json_line(lines[2]);
+  ASSERT_TRUE(read_back.has_value()) << lines[2];
+  EXPECT_EQ(read_back->total_redone_steps, 6);
+  EXPECT_FALSE(fsdp_train::StepRecord::from_json_line(lines[2]).has_value())
+      << "a marker must not read as a step";
 }
 
 }  // namespace

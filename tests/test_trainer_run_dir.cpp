@@ -1,5 +1,6 @@
 // fsdp-train and its run dir under faults (issue #13): a second run into a
-// dir in use, a full disk under the metrics, and resuming after a crash.
+// dir in use, a full disk under the metrics, and resuming after a crash
+// (by hand, and with --resume auto as restarts do).
 // Run as a real program, as in test_trainer.cpp.
 
 #include <fcntl.h>
@@ -165,6 +166,94 @@ TEST(TrainerRunDir, ResumeFromACrashedRunDirTakesTheNewestCheckpointThatVerifies
   EXPECT_EQ(kept, (std::vector<std::string>{"step-00000008", "step-00000010"}));
   EXPECT_EQ(fsdp::ckpt::Reader::open(run + "/checkpoint").step(), 10);
   EXPECT_EQ(by_step(read_metrics(run)).size(), 10u);
+}
+
+// Issue #33, point 3: --resume auto starts afresh where there is nothing to
+// resume, continues from the newest checkpoint that verifies, and refuses a
+// run dir whose checkpoints all fail to verify instead of training over them.
+TEST(TrainerRunDir, ResumeAutoStartsAfreshResumesTheNewestAndRefusesOnlyDamagedCheckpoints) {
+  TempDir tmp;
+  const std::string run = tmp / "run";
+  const auto common = tiny({"--sample-bytes", "0", "--eval-every", "0", "--save-every", "2",
+                            "--resume", "auto", "--run-dir", run});
+  const auto fresh = run_alone(concat(common, {"--steps", "4"}));
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_EQ(fresh.output.find("resume "), std::string::npos) << fresh.output;
+
+  const auto resumed = run_alone(concat(common, {"--steps", "6"}));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resume    " + run + "/checkpoint at step 4"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(by_step(read_metrics(run)).size(), 6u);
+
+  for (const std::string dir : {"/checkpoint", "/checkpoints/step-00000002",
+                                "/checkpoints/step-00000004", "/checkpoints/step-00000006"}) {
+    fsdp::testing::flip_byte(run + dir + "/rank-00000-of-00001.safetensors", -1);
+  }
+  const auto refused = run_alone(concat(common, {"--steps", "8"}));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--resume auto: run dir '" + run +
+                                "' holds checkpoints but none verifies"),
+            std::string::npos)
+      << refused.output;
+}
+
+// A restart after the final save (a rank failed in the sample or the
+// report) finds the run dir at --steps: under --resume auto the training is
+// complete, so every rank exits 0 and says so, training nothing, and fsdp-run
+// ends the job instead of restarting it until its restarts run out. [Note: a
+// finished run under --resume auto] in tools/fsdp-train/main.cpp.
+TEST(TrainerRunDir, ResumeAutoAtTheFinalStepSaysTheTrainingIsCompleteAndExitsZero) {
+  TempDir tmp;
+  const std::string run = tmp / "run";
+  const auto common = tiny({"--sample-bytes", "0", "--eval-every", "0", "--save-every", "2",
+                            "--steps", "4", "--run-dir", run});
+  const auto auto_resume = concat(common, {"--resume", "auto"});
+  ASSERT_EQ(run_alone(auto_resume).exit_code, 0);
+  const std::string metrics = read_text(run + "/metrics.jsonl");
+  const auto says_complete = [&](const std::string& output, const std::string& checkpoint) {
+    return output.find("the training in run dir '" + run +
+                       "' is complete: its newest "
+                       "checkpoint that verifies, '" +
+                       run + checkpoint + "', is at step 4 of --steps 4") != std::string::npos;
+  };
+
+  const auto again = run_alone(auto_resume);
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(says_complete(again.output, "/checkpoint")) << again.output;
+  EXPECT_EQ(read_text(run + "/metrics.jsonl"), metrics);  // no step trained again
+
+  // Killed while saving checkpoint/: the step-4 checkpoint is the newest.
+  fs::remove_all(run + "/checkpoint");
+  const auto ranks = run_trainer_ranks(auto_resume, 2);
+  for (const auto& r : ranks) EXPECT_EQ(r.exit_code, 0) << describe(ranks);
+  EXPECT_TRUE(says_complete(ranks[0].output, "/checkpoints/step-00000004")) << describe(ranks);
+  EXPECT_EQ(read_text(run + "/metrics.jsonl"), metrics);
+
+  // A checkpoint named by the user is asked to train on: still an error.
+  const auto named = run_alone(concat(common, {"--resume", run}));
+  EXPECT_EQ(named.exit_code, 2) << named.output;
+  EXPECT_NE(named.output.find("nothing is left to train"), std::string::npos) << named.output;
+}
+
+// The final step is --steps, not the final checkpoint/: a run stopped by
+// --time-budget saves checkpoint/ before --steps, and --resume auto
+// continues it.
+TEST(TrainerRunDir, ResumeAutoContinuesARunStoppedByItsTimeBudget) {
+  TempDir tmp;
+  const std::string run = tmp / "run";
+  const auto common = tiny({"--sample-bytes", "0", "--eval-every", "0", "--steps", "4", "--resume",
+                            "auto", "--run-dir", run});
+  // Any step takes longer than a microsecond: it stops after step 1.
+  const auto stopped = run_alone(concat(common, {"--time-budget", "0.000001"}));
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  ASSERT_EQ(fsdp::ckpt::Reader::open(run + "/checkpoint").step(), 1);
+
+  const auto continued = run_alone(common);
+  ASSERT_EQ(continued.exit_code, 0) << continued.output;
+  EXPECT_EQ(continued.output.find("is complete"), std::string::npos) << continued.output;
+  EXPECT_EQ(fsdp::ckpt::Reader::open(run + "/checkpoint").step(), 4);
+  EXPECT_EQ(by_step(read_metrics(run)).size(), 4u);
 }
 
 }  // namespace

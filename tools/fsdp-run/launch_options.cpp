@@ -19,6 +19,7 @@ namespace fsdp_run {
 namespace {
 
 constexpr int kBadInput = 2;
+constexpr long kMostRestarts = 1000000;
 
 constexpr const char* kDescription =
     "fsdp-run: start N worker processes of one program on this node with the\n"
@@ -41,6 +42,26 @@ EXIT STATUS
   killed by SIGKILL: 137. SIGINT, SIGTERM and SIGHUP sent to fsdp-run are
   forwarded to every worker; a second one sends SIGKILL at once. 2: bad flags. 126/127: the program cannot be run or
   is not found.
+
+RESTARTS
+  With --max-restarts K, a failed group (a worker that exits non-zero, is
+  killed, or stays stopped past --timeout) is stopped as above and then
+  started again, up to K times; the exit status is the last failure's when
+  they run out. Each restart is logged on stderr with its cause (the rank,
+  its exit code or signal) and how long stopping the group took. Never
+  restarted: SIGINT, SIGTERM or SIGHUP sent to fsdp-run itself (Ctrl-C stops
+  the job), and a program that cannot be started (126/127).
+  Same step: when two failures in a row happen at the same training step,
+  restarting again would not get past it, so fsdp-run stops and names the
+  step. A worker reports its progress by writing its last completed step to
+  the file FSDP_RUN_PROGRESS_FILE names (fsdp-train does); a program that
+  writes none is restarted until K runs out.
+  Every worker gets TORCHELASTIC_RESTART_COUNT (0 for the first start) and
+  TORCHELASTIC_MAX_RESTARTS, as under torchrun, and after a restart
+  FSDP_RUN_FAILURE_TIME: the failure's time, in seconds since the epoch, to
+  measure the restart's latency. The program resumes by itself, e.g.
+    fsdp-run --standalone --nproc-per-node 2 --max-restarts 3 -- \
+      fsdp-train --resume auto --run-dir runs/long --save-every 50
 
 EXAMPLES
   Single node, 4 workers, free port picked on localhost:
@@ -119,6 +140,7 @@ struct RawFlags {
   std::string grace_period = "5";
   std::string timeout;  // "" = FSDP_COMM_TIMEOUT as inherited, or the library's 300 s
   std::string memory_limit;  // "" = none
+  std::string max_restarts = "0";
   bool standalone = false;
   bool no_prefix = false;
 };
@@ -222,12 +244,25 @@ std::string check_standalone(const CLI::App& app, int nnodes) {
   return "";
 }
 
+std::string convert_max_restarts(const RawFlags& raw, LaunchOptions& opts) {
+  auto restarts = to_long(raw.max_restarts);
+  if (!restarts || *restarts < 0 || *restarts > kMostRestarts) {
+    return fmt::format(
+        "--max-restarts must be a whole number from 0 to {}, got '{}' "
+        "(e.g. --max-restarts 3)",
+        kMostRestarts, raw.max_restarts);
+  }
+  opts.max_restarts = static_cast<int>(*restarts);
+  return "";
+}
+
 // Converts and checks the raw flags. Returns an error message, or "" if ok.
 std::string convert(const RawFlags& raw, const CLI::App& app, LaunchOptions& opts) {
   std::string error = convert_layout(raw, opts);
   if (error.empty()) error = convert_rendezvous_and_grace(raw, opts);
   if (error.empty()) error = convert_timeout(raw, opts);
   if (error.empty() && raw.standalone) error = check_standalone(app, opts.nnodes);
+  if (error.empty()) error = convert_max_restarts(raw, opts);
   if (error.empty() && !raw.memory_limit.empty()) {
     const auto bytes = to_bytes(raw.memory_limit);
     if (!bytes) {
@@ -284,6 +319,11 @@ void add_launcher_flags(CLI::App& app, RawFlags& raw) {
                  "fails in the worker, which reports it, instead of the machine swapping or "
                  "the kernel killing a rank (default: none)")
       ->type_name("SIZE");
+  app.add_option("--max-restarts,--max_restarts", raw.max_restarts,
+                 "Times the whole group is started again after a worker fails (see "
+                 "RESTARTS below)")
+      ->type_name("K")
+      ->capture_default_str();
 }
 
 // argv split at the first "--" ourselves: everything after it belongs to

@@ -22,6 +22,7 @@ struct LaunchOptions {
   std::string comm_timeout_s;   // --timeout, exported as FSDP_COMM_TIMEOUT; "" = inherit
   double stall_timeout_s = 300;  // --timeout, else FSDP_COMM_TIMEOUT, else 300
   int64_t memory_limit_bytes = 0;  // --memory-limit: each worker's RLIMIT_DATA; 0 = none
+  int max_restarts = 0;  // --max-restarts: times the group is started again after a failure
   std::vector<std::string> command;  // program, then its arguments
 
   int world_size() const { return nnodes * nproc_per_node; }

@@ -10,6 +10,7 @@
 //   line_prefixer   "[rank R] " whole-line output
 //   signal_pipe     signals into the poll() loop
 //   supervisor      the loop: output, exits, the stop policy
+//   restarts        --max-restarts: the group started again, and when not
 
 #include <unistd.h>
 
@@ -20,8 +21,8 @@
 #include "free_port.h"
 #include "launch_options.h"
 #include "program_path.h"
+#include "restarts.h"
 #include "signal_pipe.h"
-#include "supervisor.h"
 
 int main(int argc, char** argv) {
   using namespace fsdp_run;
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
 
   std::fflush(stdout);  // nothing of ours may sit in a buffer the workers race
   SignalPipe::install();
-  JobOutcome outcome = supervise_workers(opts, program.path);
+  JobOutcome outcome = supervise_with_restarts(opts, program.path);
 
   if (outcome.launcher_signal != 0) {
     // Die from the signal we were sent, so a calling shell or script sees an

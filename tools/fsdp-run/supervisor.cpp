@@ -77,8 +77,8 @@ struct Worker {
 
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& opts, std::string program_path)
-      : opts_(opts), program_path_(std::move(program_path)) {}
+  Supervisor(const LaunchOptions& opts, std::string program_path, AttemptInfo attempt)
+      : opts_(opts), program_path_(std::move(program_path)), attempt_(std::move(attempt)) {}
 
   JobOutcome run() {
     start_workers();
@@ -100,6 +100,9 @@ class Supervisor {
       finish_stream(w.out);
       finish_stream(w.err);
     }
+    if (failed_at_) {
+      outcome_.stop_seconds = std::chrono::duration<double>(Clock::now() - *failed_at_).count();
+    }
     return outcome_;
   }
 
@@ -120,7 +123,7 @@ class Supervisor {
       SpawnRequest request;
       request.path = program_path_;
       request.argv = opts_.command;
-      request.env = worker_environment(opts_, w.place, environ);
+      request.env = worker_environment(opts_, w.place, attempt_, environ);
       request.capture_output = opts_.prefix_output;
       request.data_limit_bytes = opts_.memory_limit_bytes;
       SpawnedWorker spawned = spawn_worker(request);
@@ -130,8 +133,10 @@ class Supervisor {
       w.err.fd = spawned.stderr_fd;
       if (!spawned.error.empty()) {
         w.start_failed = true;
+        outcome_.start_failed = true;
         int code = spawned.exec_errno == ENOENT ? 127 : spawned.exec_errno != 0 ? 126 : 1;
-        fail(fmt::format("could not start rank {}: {}", w.place.rank, spawned.error), code);
+        fail(fmt::format("could not start rank {}: {}", w.place.rank, spawned.error), code,
+             {w.place.rank, "could not be started", {}});
       }
     }
   }
@@ -222,6 +227,7 @@ class Supervisor {
       reap_exited();
       return;
     }
+    outcome_.interrupted = true;  // never restarted: see [Note: restarts] in restarts.h
     int alive = running_count();
     if (!stopping_) {
       outcome_.launcher_signal = signo;
@@ -286,15 +292,16 @@ class Supervisor {
           fmt::format("rank {} (pid {}) has been stopped by a signal for {} s, longer than the "
                       "timeout (--timeout or FSDP_COMM_TIMEOUT); killed it",
                       w.place.rank, w.pid, opts_.stall_timeout_s),
-          128 + SIGKILL);
+          128 + SIGKILL, {w.place.rank, "was stopped by a signal for longer than the timeout", {}});
     }
   }
 
   // fail() for a worker that is killed but not yet reaped: it is not one of
   // "the other" workers to stop.
-  void fail_with_running(Worker& culprit, const std::string& what, int code) {
+  void fail_with_running(Worker& culprit, const std::string& what, int code,
+                         const WorkerFailure& cause) {
     culprit.running = false;
-    fail(what, code);
+    fail(what, code, cause);
     culprit.running = true;  // reaped, and its exit ignored, as we are stopping
   }
 
@@ -331,16 +338,20 @@ class Supervisor {
       how = fmt::format("was killed by signal {} ({}){}", sig, signal_name(sig),
                         WCOREDUMP(status) ? ", core dumped" : "");
     }
-    fail(fmt::format("rank {} (pid {}) {}", w.place.rank, w.pid, how), code);
+    fail(fmt::format("rank {} (pid {}) {}", w.place.rank, w.pid, how), code,
+         {w.place.rank, how, {}});
   }
 
   // The first failure decides the exit code and stops the others.
-  void fail(const std::string& what, int code) {
+  void fail(const std::string& what, int code, const WorkerFailure& cause) {
     if (stopping_) {
       say(what);
       return;
     }
     outcome_.exit_code = code;
+    outcome_.failure = cause;
+    outcome_.failure->at = std::chrono::system_clock::now();
+    failed_at_ = Clock::now();
     int others = running_count();
     if (others > 0) {
       say(fmt::format("{}; stopping the other {} worker(s)", what, others));
@@ -389,6 +400,8 @@ class Supervisor {
 
   const LaunchOptions& opts_;
   std::string program_path_;
+  AttemptInfo attempt_;
+  std::optional<Clock::time_point> failed_at_;  // the first failure, for stop_seconds
   std::vector<Worker> workers_;
   JobOutcome outcome_;
   bool stopping_ = false;
@@ -401,8 +414,9 @@ class Supervisor {
 
 }  // namespace
 
-JobOutcome supervise_workers(const LaunchOptions& opts, const std::string& program_path) {
-  return Supervisor(opts, program_path).run();
+JobOutcome supervise_workers(const LaunchOptions& opts, const std::string& program_path,
+                             const AttemptInfo& attempt) {
+  return Supervisor(opts, program_path, attempt).run();
 }
 
 }  // namespace fsdp_run

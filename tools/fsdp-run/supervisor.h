@@ -19,20 +19,36 @@
 //   group is killed while the worker is still an unreaped zombie, so the
 //   group id cannot have been reused by an unrelated process.
 
+#include <chrono>
+#include <optional>
 #include <string>
 
 #include "launch_options.h"
+#include "worker_env.h"
 
 namespace fsdp_run {
+
+// The failure that ended a group: the first worker to fail, and how.
+struct WorkerFailure {
+  int rank = 0;
+  std::string how;  // "exited with code 3", "was killed by signal 9 (SIGKILL)", ...
+  std::chrono::system_clock::time_point at;  // when fsdp-run saw it
+};
 
 // What the job ended with. Exactly one of the two is non-zero when it failed.
 struct JobOutcome {
   int exit_code = 0;         // the code fsdp-run should exit with
   int launcher_signal = 0;   // a signal fsdp-run received and should die from
+  std::optional<WorkerFailure> failure;  // set when a worker failed first
+  bool start_failed = false;             // a worker could not be started at all
+  bool interrupted = false;              // fsdp-run got SIGINT/SIGTERM/SIGHUP, even while stopping
+  double stop_seconds = 0;               // from the failure until every worker was reaped
 };
 
-// Starts opts.nproc_per_node workers of `program_path` and supervises them.
-// SignalPipe::install() must have been called.
-JobOutcome supervise_workers(const LaunchOptions& opts, const std::string& program_path);
+// Starts opts.nproc_per_node workers of `program_path` once (`attempt` says
+// which start it is) and supervises them to the end. SignalPipe::install()
+// must have been called.
+JobOutcome supervise_workers(const LaunchOptions& opts, const std::string& program_path,
+                             const AttemptInfo& attempt);
 
 }  // namespace fsdp_run

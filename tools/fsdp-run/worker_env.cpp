@@ -19,7 +19,7 @@ WorkerPlace place_of(const LaunchOptions& opts, int local_rank) {
 }
 
 std::vector<std::string> worker_environment(const LaunchOptions& opts, const WorkerPlace& place,
-                                            char** base) {
+                                            const AttemptInfo& attempt, char** base) {
   std::vector<std::pair<std::string, std::string>> ours = {
       {"RANK", std::to_string(place.rank)},
       {"WORLD_SIZE", std::to_string(opts.world_size())},
@@ -30,14 +30,29 @@ std::vector<std::string> worker_environment(const LaunchOptions& opts, const Wor
       {"GROUP_WORLD_SIZE", std::to_string(opts.nnodes)},
       {"MASTER_ADDR", opts.master_addr},
       {"MASTER_PORT", std::to_string(opts.master_port)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(opts.max_restarts)},
   };
   if (!opts.comm_timeout_s.empty()) ours.emplace_back("FSDP_COMM_TIMEOUT", opts.comm_timeout_s);
+  if (!attempt.progress_file.empty()) {
+    ours.emplace_back("FSDP_RUN_PROGRESS_FILE", attempt.progress_file);
+  }
+  if (!attempt.failure_time.empty()) {
+    ours.emplace_back("FSDP_RUN_FAILURE_TIME", attempt.failure_time);
+  }
+  // Another attempt's (or an outer fsdp-run's) values would mislead the worker.
+  const std::vector<std::string> never_inherited = {"FSDP_RUN_PROGRESS_FILE",
+                                                    "FSDP_RUN_FAILURE_TIME"};
   auto is_ours = [&](std::string_view entry) {
+    const auto names = [&](const std::string& name) {
+      return entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 &&
+             entry[name.size()] == '=';
+    };
     for (const auto& [name, value] : ours) {
-      if (entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 &&
-          entry[name.size()] == '=') {
-        return true;
-      }
+      if (names(name)) return true;
+    }
+    for (const auto& name : never_inherited) {
+      if (names(name)) return true;
     }
     return false;
   };

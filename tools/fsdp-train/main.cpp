@@ -6,6 +6,7 @@
 //   lr_schedule    warmup + cosine decay
 //   run_dir        the run directory, checkpoint paths, rank agreement
 //   resume_config  what a checkpoint records, and --resume's defaults
+//   restart_env    what fsdp-run tells a restarted start; fault_injection: a test seam
 //   trainer        the training loop (model, optimizer, eval, checkpoints)
 //   progress       the live progress line; metrics_log: metrics.jsonl
 //   plot           plot.png via gnuplot; generate: text sampling
@@ -15,8 +16,8 @@
 // fsdp-run/torchrun/mpirun/srun), checks every input on every rank before
 // any heavy work or any collective, has the ranks agree that every one of
 // them can start, then creates the process group and trains. Exit status:
-// 0 done; 2 bad input (every rank, wherever it was found); 1 a failure
-// while training.
+// 0 done (also when --resume auto finds the training already complete); 2
+// bad input (every rank, wherever it was found); 1 a failure while training.
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -41,6 +42,7 @@
 #include "fsdp/cpu_heap.h"
 #include "fsdp/error_message.h"
 #include "memory_check.h"
+#include "restart_env.h"
 #include "resume_config.h"
 #include "run_dir.h"
 #include "train_options.h"
@@ -52,6 +54,7 @@ namespace {
 using fsdp_train::TrainOptions;
 using fsdp_train::TrainSetup;
 
+constexpr int kDone = 0;
 constexpr int kBadInput = 2;
 constexpr int kFailed = 1;
 
@@ -65,12 +68,42 @@ int threads_per_rank(int local_world_size) {
   return std::max(1, cores / std::max(1, local_world_size));
 }
 
+// [Note: a finished run under --resume auto]
+// The checkpoint to resume is at --steps (the checkpoint's, or a given one)
+// or beyond: nothing is left to train. Under --resume auto that is the run
+// dir of a finished training, restarted because a rank failed after the
+// final save (in the sample or the report): done, exit 0, so that fsdp-run
+// ends the job as a success instead of restarting it until its restarts run
+// out. The test is on the step alone, not on checkpoint/ existing: a run
+// stopped by --time-budget also saves checkpoint/, before --steps, and the
+// next start continues it with a budget of its own. A checkpoint named with
+// --resume DIR asks to train from it, so there the same finding is an error.
+void note_nothing_left(TrainSetup& setup, std::vector<std::string>& errors) {
+  const TrainOptions& o = setup.options;
+  if (o.resume == "auto") {
+    setup.finished = fmt::format(
+        "the training in run dir '{}' is complete: its newest checkpoint that verifies, '{}', "
+        "is at step {} of --steps {}; nothing left to train (--resume auto), exiting. Pass a "
+        "larger --steps to train further",
+        o.run_dir, setup.resume_dir, setup.resume_step, o.steps);
+    return;
+  }
+  errors.push_back(fmt::format(
+      "--resume '{}' is at step {}, and --steps is {}: nothing is left to train; pass a "
+      "larger --steps (the cosine schedule then spans the new total)",
+      setup.resume_dir, setup.resume_step, o.steps));
+}
+
 // --resume first: options left out default to the checkpoint's.
 void adopt_resume_checkpoint(TrainSetup& setup, std::vector<std::string>& errors) {
   TrainOptions& o = setup.options;
   if (o.resume.empty()) return;
   try {
-    fsdp_train::ResumeChoice choice = fsdp_train::resolve_resume_dir(o.resume);
+    const std::optional<fsdp_train::ResumeChoice> found =
+        o.resume == "auto" ? fsdp_train::resolve_auto_resume(o.run_dir)
+                           : fsdp_train::resolve_resume_dir(o.resume);
+    if (!found) return;  // --resume auto in a new run dir: a fresh start
+    fsdp_train::ResumeChoice choice = *found;
     setup.resume_dir = choice.dir;
     setup.resume_rejected = std::move(choice.rejected);
     const fsdp::ckpt::Reader reader = fsdp::ckpt::Reader::open(setup.resume_dir);
@@ -78,12 +111,7 @@ void adopt_resume_checkpoint(TrainSetup& setup, std::vector<std::string>& errors
     for (auto& e : fsdp_train::adopt_checkpoint_options(o, reader.extras_json(), setup.resume_dir)) {
       errors.push_back(std::move(e));
     }
-    if (errors.empty() && setup.resume_step >= o.steps) {
-      errors.push_back(fmt::format(
-          "--resume '{}' is at step {}, and --steps is {}: nothing is left to train; pass a "
-          "larger --steps (the cosine schedule then spans the new total)",
-          setup.resume_dir, setup.resume_step, o.steps));
-    }
+    if (errors.empty() && setup.resume_step >= o.steps) note_nothing_left(setup, errors);
   } catch (const std::exception& e) {
     errors.push_back(fsdp::error_message(e));
   }
@@ -134,7 +162,10 @@ bool check_memory(const TrainSetup& setup, int ranks_on_node, std::vector<std::s
 // then share them (train_distributed).
 std::vector<std::string> check_inputs(TrainSetup& setup, int world_size, int ranks_on_node) {
   std::vector<std::string> errors;
+  if (std::string e = setup.faults.read_from_env(); !e.empty()) errors.push_back(std::move(e));
   adopt_resume_checkpoint(setup, errors);
+  // See [Note: a finished run under --resume auto]: nothing else is needed.
+  if (!setup.finished.empty()) return errors;
   for (auto& e : fsdp_train::check_options(setup.options, world_size, &setup.layout)) {
     errors.push_back(std::move(e));
   }
@@ -151,6 +182,7 @@ std::vector<std::string> check_inputs(TrainSetup& setup, int world_size, int ran
       !problem.empty()) {
     errors.push_back(problem);
   }
+  setup.timeline.inputs_checked = fsdp_train::epoch_seconds_now();
   return errors;
 }
 
@@ -216,6 +248,7 @@ int train_in_world(TrainSetup& setup, const std::function<fsdp::ProcessGroupPtr(
                    const std::string& where) {
   try {
     setup.world = make_world();
+    setup.timeline.world_ready = fsdp_train::epoch_seconds_now();
     return fsdp_train::train(setup);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fsdp-train: error%s: %s\n", where.c_str(), fsdp::error_message(e).c_str());
@@ -226,8 +259,15 @@ int train_in_world(TrainSetup& setup, const std::function<fsdp::ProcessGroupPtr(
   }
 }
 
+// See [Note: a finished run under --resume auto]. Returns the exit status.
+int report_finished(const TrainSetup& setup, bool speaks) {
+  if (speaks) std::printf("fsdp-train: %s\n", setup.finished.c_str());
+  return kDone;
+}
+
 int train_alone(TrainSetup& setup, const std::vector<std::string>& errors) {
   if (!errors.empty()) return report_bad_input(errors);
+  if (!setup.finished.empty()) return report_finished(setup, /*speaks=*/true);
   prepare_this_rank(setup, /*local_world_size=*/1, /*local_rank=*/0);
   const fsdp::GroupOptions options = group_options(setup.options);
   return train_in_world(setup, [&] { return fsdp::make_single_process_group(options); }, "");
@@ -252,7 +292,10 @@ int train_distributed(TrainSetup& setup, const fsdp::LaunchEnv& env,
     if (errors.empty()) report_ranks_not_ready(meeting->not_ready(), env);
     return kBadInput;
   }
+  // After the meeting, so that a rank that finds bad input still stops all.
+  if (!setup.finished.empty()) return report_finished(setup, /*speaks=*/env.rank == 0);
   prepare_this_rank(setup, env.local_world_size, env.local_rank);
+  setup.local_rank = env.local_rank;
   return train_in_world(setup, [&] { return meeting->create_world(options); },
                         fmt::format(" on rank {}", env.rank));
 }
@@ -260,10 +303,13 @@ int train_distributed(TrainSetup& setup, const fsdp::LaunchEnv& env,
 }  // namespace
 
 int main(int argc, char** argv) {
+  const double process_start = fsdp_train::epoch_seconds_now();
   fsdp_train::ParseResult parsed = fsdp_train::parse_train_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   TrainSetup setup;
   setup.options = std::move(*parsed.options);
+  setup.restart = fsdp_train::read_restart_env();
+  setup.timeline.process_start = process_start;
 
   // Where this process sits. Nothing here talks to other ranks.
   if (!fsdp::launched_distributed()) {

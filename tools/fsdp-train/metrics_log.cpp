@@ -104,20 +104,102 @@ std::optional<StepRecord> StepRecord::from_json_line(const std::string& line) {
   return r;
 }
 
-MetricsLog::MetricsLog(const std::string& run_dir, int64_t resumed_step)
-    : path_((std::filesystem::path(run_dir) / "metrics.jsonl").string()) {
-  if (resumed_step > 0) {
-    std::ifstream in(path_);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      std::optional<StepRecord> r = StepRecord::from_json_line(line);
-      if (!r) continue;  // a line cut by a kill
-      if (r->step <= resumed_step) records_.push_back(std::move(*r));
-    }
+std::string RestartMarker::to_json_line() const {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("restart");
+  w.Int(restart);
+  w.Key("after_step");
+  w.Int64(after_step);
+  w.Key("redone_steps");
+  w.Int64(redone_steps);
+  w.Key("redone_s");
+  w.Double(redone_s);
+  w.Key("total_redone_steps");
+  w.Int64(total_redone_steps);
+  w.Key("total_redone_s");
+  w.Double(total_redone_s);
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::optional<RestartMarker> RestartMarker::from_json_line(const std::string& line) {
+  rapidjson::Document j;
+  j.Parse<rapidjson::kParseFullPrecisionFlag>(line.data(), line.size());
+  if (j.HasParseError() || !j.IsObject()) return std::nullopt;
+  for (const char* key : {"restart", "after_step", "redone_steps", "total_redone_steps"}) {
+    if (!j.HasMember(key) || !j[key].IsInt64()) return std::nullopt;
   }
+  for (const char* key : {"redone_s", "total_redone_s"}) {
+    if (!j.HasMember(key) || !j[key].IsNumber()) return std::nullopt;
+  }
+  RestartMarker m;
+  m.restart = static_cast<int>(j["restart"].GetInt64());
+  m.after_step = j["after_step"].GetInt64();
+  m.redone_steps = j["redone_steps"].GetInt64();
+  m.redone_s = j["redone_s"].GetDouble();
+  m.total_redone_steps = j["total_redone_steps"].GetInt64();
+  m.total_redone_s = j["total_redone_s"].GetDouble();
+  return m;
+}
+
+std::string RestartMarker::summary() const {
+  return fmt::format("{} (redone {} step{}, {:.1f} s)", restart, total_redone_steps,
+                     total_redone_steps == 1 ? "" : "s", total_redone_s);
+}
+
+// [Note: redone work across restarts]
+// A restarted start resumes from its newest checkpoint, so every step
+// recorded after that checkpoint is done again: it drops those lines (the
+// curve must show each step once) and counts them, with their time, in its
+// marker. A restart can resume from further back than the one before it
+// (its newer checkpoint did not verify, or it starts afresh), and then it
+// drops an earlier restart's marker with the steps around it. The totals
+// must still count that restart, so each marker carries the totals so far,
+// and a new marker adds its own work to the newest marker read from the
+// file, kept or dropped; never to a sum of the kept markers alone.
+MetricsLog::MetricsLog(const std::string& run_dir, int64_t resumed_step, int restart_count)
+    : path_((std::filesystem::path(run_dir) / "metrics.jsonl").string()) {
+  RestartMarker marker;
+  marker.restart = restart_count;
+  marker.after_step = resumed_step;
+  std::vector<std::string> kept;
+  if (resumed_step > 0 || restart_count > 0) kept = read_previous(resumed_step, marker);
   out_.emplace(path_);
-  for (const auto& r : records_) out_->append_line(r.to_json_line());
+  for (const std::string& line : kept) out_->append_line(line);
+  if (restart_count > 0) {
+    marker.total_redone_steps += marker.redone_steps;
+    marker.total_redone_s += marker.redone_s;
+    out_->append_line(marker.to_json_line());
+    restarts_.push_back(marker);
+  }
+}
+
+std::vector<std::string> MetricsLog::read_previous(int64_t resumed_step, RestartMarker& dropped) {
+  std::vector<std::string> kept;
+  std::ifstream in(path_);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (std::optional<StepRecord> r = StepRecord::from_json_line(line)) {
+      if (r->step <= resumed_step) {
+        records_.push_back(std::move(*r));
+        kept.push_back(line);
+      } else {
+        dropped.redone_steps += 1;
+        dropped.redone_s += r->ms / 1000.0;
+      }
+    } else if (std::optional<RestartMarker> m = RestartMarker::from_json_line(line)) {
+      dropped.total_redone_steps = m->total_redone_steps;  // see the Note
+      dropped.total_redone_s = m->total_redone_s;
+      if (m->after_step <= resumed_step) {
+        restarts_.push_back(*m);
+        kept.push_back(line);
+      }
+    }  // else a line cut by a kill
+  }
+  return kept;
 }
 
 // See [Note: a failed write is an error] and [Note: a metrics line is written whole or not

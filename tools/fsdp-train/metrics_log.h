@@ -19,6 +19,14 @@
 //
 // `loss` is the mean over the whole global batch, written with full
 // precision, so runs can be compared bit for bit.
+//
+// A start of the job that follows a restart (TORCHELASTIC_RESTART_COUNT > 0)
+// first writes a restart marker, with no "step" key:
+//
+//   {"restart":2,"after_step":4,"redone_steps":3,"redone_s":0.41,
+//    "total_redone_steps":4,"total_redone_s":0.55}
+//
+// See [Note: redone work across restarts] in metrics_log.cpp.
 
 #include <cstdint>
 #include <fstream>
@@ -56,20 +64,46 @@ struct StepRecord {
   static std::optional<StepRecord> from_json_line(const std::string& line);
 };
 
+// Where a restarted start of the job began, and the work the restarts
+// threw away: the steps recorded after the checkpoint it resumed from.
+struct RestartMarker {
+  int restart = 0;                 // its TORCHELASTIC_RESTART_COUNT
+  int64_t after_step = 0;          // the checkpoint's step; 0 for a fresh start
+  int64_t redone_steps = 0;        // recorded steps this restart must do again
+  double redone_s = 0;             // their step time, seconds
+  int64_t total_redone_steps = 0;  // over every restart of the run so far
+  double total_redone_s = 0;
+
+  std::string to_json_line() const;
+  static std::optional<RestartMarker> from_json_line(const std::string& line);
+  // "2 (redone 6 steps, 0.6 s)": the restarts so far and the work they redid,
+  // for the progress line and the summary.
+  std::string summary() const;
+};
+
 class MetricsLog {
  public:
   // Opens <run_dir>/metrics.jsonl. A fresh run truncates it; a run resumed
   // at `resumed_step` > 0 keeps the lines of steps <= resumed_step (the same
   // run dir continued) and drops later ones (they were not checkpointed).
-  MetricsLog(const std::string& run_dir, int64_t resumed_step);
+  // `restart_count` > 0 (a start after a restart) also reads what it drops,
+  // and writes a restart marker counting it.
+  MetricsLog(const std::string& run_dir, int64_t resumed_step, int restart_count = 0);
 
   void append(const StepRecord& record);
   const std::vector<StepRecord>& records() const { return records_; }
+  // The markers kept and this start's, oldest first.
+  const std::vector<RestartMarker>& restarts() const { return restarts_; }
   const std::string& path() const { return path_; }
 
  private:
+  // The lines kept, in order. Adds what it drops to `dropped`'s redone work,
+  // and takes `dropped`'s totals from the newest marker read, kept or not.
+  std::vector<std::string> read_previous(int64_t resumed_step, RestartMarker& dropped);
+
   std::string path_;
   std::vector<StepRecord> records_;
+  std::vector<RestartMarker> restarts_;
   std::optional<LineFile> out_;  // opened once the kept records are read
 };
 

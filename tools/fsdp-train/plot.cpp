@@ -29,7 +29,7 @@ set grid
 set key top right
 set ylabel "loss (nats/byte)"
 set lmargin 12
-plot "plot.tsv" using 1:2 with lines lc rgb "#b0c4de" title "train (per step)", \
+{restart_lines}plot "plot.tsv" using 1:2 with lines lc rgb "#b0c4de" title "train (per step)", \
      "plot.tsv" using 1:4 with lines lw 2 lc rgb "#1f4e9a" title "train (smoothed)"{val_plot}
 set ylabel "tokens/s (all ranks)"
 set xlabel "step"
@@ -102,10 +102,25 @@ std::string validation_table(const std::vector<StepRecord>& records) {
   return val;
 }
 
+// A dashed vertical line, in both panels, at the step each restart resumed
+// after, labelled with its number.
+std::string restart_lines(const std::vector<RestartMarker>& restarts) {
+  std::string lines;
+  for (const RestartMarker& r : restarts) {
+    lines += fmt::format(
+        "set arrow from first {0}, graph 0 to first {0}, graph 1 nohead dt 2 lw 1.5 "
+        "lc rgb \"#7f7f7f\"\n"
+        "set label \"restart {1}\" at first {0}, graph 0.97 offset 0.5,0 font \",8\" "
+        "tc rgb \"#7f7f7f\"\n",
+        r.after_step, r.restart);
+  }
+  return lines;
+}
+
 }  // namespace
 
 PlotResult write_plot(const std::string& run_dir, const std::vector<StepRecord>& records,
-                      const std::string& title) {
+                      const std::vector<RestartMarker>& restarts, const std::string& title) {
   PlotResult result;
   if (records.empty()) {
     result.error = "no steps were recorded";
@@ -120,6 +135,7 @@ PlotResult write_plot(const std::string& run_dir, const std::vector<StepRecord>&
     if (at != std::string::npos) script.replace(at, key.size(), value);
   };
   replace("{title}", escape_title(title));
+  replace("{restart_lines}", restart_lines(restarts));
   replace("{val_plot}", any_val ? ", \\\n     \"plot-val.tsv\" using 1:2 with linespoints pt 7 ps 0.8 "
                                   "lw 2 lc rgb \"#c0392b\" title \"validation\""
                                 : "");

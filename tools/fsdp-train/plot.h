@@ -1,6 +1,7 @@
 #pragma once
 // The end-of-run plot: loss (train, smoothed train, validation) and
-// throughput over steps, as <run-dir>/plot.png, drawn by gnuplot. The data
+// throughput over steps, as <run-dir>/plot.png, drawn by gnuplot, with a
+// dashed vertical line where each restart resumed. The data
 // (plot.tsv, plot-val.tsv) and the script (plot.gp) stay next to it, so the
 // plot can be redrawn or restyled with `cd <run-dir> && gnuplot plot.gp`.
 
@@ -19,6 +20,6 @@ struct PlotResult {
 
 // Uses gnuplot's pngcairo terminal when it has one, else its png terminal.
 PlotResult write_plot(const std::string& run_dir, const std::vector<StepRecord>& records,
-                      const std::string& title);
+                      const std::vector<RestartMarker>& restarts, const std::string& title);
 
 }  // namespace fsdp_train

@@ -49,6 +49,7 @@ void Progress::step(const StepRecord& r, double eta_s, bool last) {
                         per_rank_bytes(r.peak_device_allocated_bytes),
                         per_rank_bytes(r.peak_device_reserved_bytes));
   }
+  if (config_.restarts) line += "  restarts " + config_.restarts->summary();
   printed_any_ = true;
   if (config_.terminal) {
     std::printf("\r%s\x1b[K", line.c_str());

@@ -11,6 +11,7 @@
 // plus the first and the last step.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "metrics_log.h"
@@ -23,6 +24,9 @@ struct ProgressConfig {
   int64_t total_steps = 0;
   int64_t log_every = 1;   // non-terminal output: one line per this many steps
   double time_budget = 0;  // seconds; 0 = none (bounds the ETA)
+  // The newest restart marker, if any: the line then ends with
+  // "  restarts 2 (redone 6 steps, 0.6 s)".
+  std::optional<RestartMarker> restarts;
 };
 
 class Progress {

@@ -98,8 +98,10 @@ std::optional<HookSummary> summarize_hook_times(const std::vector<StepRecord>& r
     if (r.hook_us.empty()) continue;
     slowest.push_back(static_cast<double>(*std::max_element(r.hook_us.begin(), r.hook_us.end())));
     for (const auto& [range, us] : r.hook_us_by_range) {
+      // Named, not captured: C++17 lambdas cannot capture a structured binding.
+      const std::string& name = range;
       auto it = std::find_if(ranges.begin(), ranges.end(),
-                             [&](const auto& known) { return known.first == range; });
+                             [&](const auto& known) { return known.first == name; });
       if (it == ranges.end()) it = ranges.insert(ranges.end(), {range, {}});
       it->second.push_back(us);
     }
@@ -125,6 +127,7 @@ void print_summary(const RunSummary& s) {
   fmt::print("  steps           {}/{}{}{}\n", s.last_step, s.total_steps,
              s.start_step > 0 ? fmt::format(" (resumed at {})", s.start_step) : std::string(),
              s.stopped_by_time_budget ? " (stopped by --time-budget)" : "");
+  if (s.restarts) fmt::print("  restarts        {}\n", s.restarts->summary());
   fmt::print("  time            {} ({:.0f} ms/step)\n", human_duration(s.train_seconds),
              steps_run > 0 ? 1000.0 * s.train_seconds / static_cast<double>(steps_run) : 0.0);
   fmt::print("  loss            {:.4f} -> {:.4f} nats/byte (train){}\n", s.first_loss,

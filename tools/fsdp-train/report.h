@@ -79,6 +79,7 @@ struct RunSummary {
   std::string plot_error;  // why not
   std::string checkpoint;
   std::string sample_file;  // "" when no sample was generated
+  std::optional<RestartMarker> restarts;  // the newest restart marker, if any
 };
 
 void print_summary(const RunSummary& summary);

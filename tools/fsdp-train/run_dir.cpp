@@ -160,6 +160,28 @@ ResumeChoice resolve_resume_dir(const std::string& path) {
       path, latest.rejected.empty() ? "" : "; rejected:", why));
 }
 
+std::optional<ResumeChoice> resolve_auto_resume(const std::string& run_dir) {
+  if (run_dir.empty()) {
+    throw std::runtime_error(
+        "--resume auto needs --run-dir: it resumes the run dir's newest checkpoint, and "
+        "without --run-dir each start gets a new runs/<timestamp>; pass e.g. --resume auto "
+        "--run-dir runs/long");
+  }
+  std::error_code ec;
+  if (!fs::exists(run_dir, ec) || fsdp::ckpt::checkpoints_in_run_dir(run_dir).empty()) {
+    return std::nullopt;
+  }
+  const fsdp::ckpt::LatestCheckpoint latest = fsdp::ckpt::latest_verified_checkpoint(run_dir);
+  if (latest.chosen) return ResumeChoice{latest.chosen->dir, latest.rejected};
+  std::string why;
+  for (const auto& r : latest.rejected) why += "\n  " + r;
+  throw std::runtime_error(fmt::format(
+      "--resume auto: run dir '{}' holds checkpoints but none verifies; rejected:{}\nMove "
+      "them out of the run dir to start afresh there, or pass --resume with a checkpoint "
+      "directory",
+      run_dir, why));
+}
+
 void fail_together(fsdp::ProcessGroup& world, const std::string& my_error) {
   const std::vector<std::string> errors =
       world.size() == 1 ? std::vector<std::string>{my_error} : fsdp::all_gather_strings(world, my_error);

@@ -9,6 +9,7 @@
 //   <run-dir>/checkpoints/step-NNNNNNNN/  --save-every checkpoints
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,13 @@ struct ResumeChoice {
   std::vector<std::string> rejected;  // newer candidates that did not verify, with why
 };
 ResumeChoice resolve_resume_dir(const std::string& path);
+
+// --resume auto: the newest checkpoint of `run_dir` that verifies, or
+// nothing when the run dir is new or holds no checkpoint (a fresh start), so
+// the same command line starts a run and resumes it after a restart. Throws
+// naming the fix when `run_dir` is "" (a fresh runs/<timestamp> would never
+// resume) or when it holds checkpoints and none verifies.
+std::optional<ResumeChoice> resolve_auto_resume(const std::string& run_dir);
 
 // Collective: every rank passes its own error ("" for none). If any rank has
 // one, every rank throws std::runtime_error naming the failing ranks and

@@ -48,6 +48,8 @@ EXAMPLES
   fsdp-train --steps 200                                  # one rank
   fsdp-run --standalone --nproc-per-node 2 -- fsdp-train  # the demo
   fsdp-train --resume runs/20240101-120000 --steps 1000   # continue a run
+  fsdp-run --standalone --nproc-per-node 2 --max-restarts 3 -- fsdp-train \
+      --resume auto --run-dir runs/long --save-every 50   # survive failures
   fsdp-run --standalone --nproc-per-node 8 -- fsdp-train --device cuda \
       --preset gpt2-small-bytes --mixed-precision bf16     # 8 GPUs, one rank each
 )";
@@ -211,7 +213,9 @@ void add_output_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
   rec(out->add_option("--resume", o.resume,
                       "continue from a checkpoint dir, or from a run dir's newest checkpoint "
                       "that verifies (checkpoint/ or checkpoints/step-*); model shape, seed "
-                      "and batch default to the checkpoint's"));
+                      "and batch default to the checkpoint's. 'auto': the newest checkpoint "
+                      "of --run-dir that verifies, or a fresh start when it has none (for "
+                      "fsdp-run --max-restarts)"));
   rec(out->add_option("--log-every", o.log_every,
                       "progress line every K steps when stdout is not a terminal (0: about "
                       "25 lines per run)")

@@ -103,6 +103,8 @@ class Trainer {
   ProgressConfig progress_config() const;
   // The loop.
   LoopOutcome train_loop(Progress& progress);
+  void note_restart_latency(Progress& progress);
+  void record_progress(int64_t last_completed_step) const;
   AgreedStep optimizer_step(int64_t step, Clock::time_point train_start);
   at::Tensor train_step(int64_t step);  // this rank's mean loss, on the device
   // A batch tensor on the training device: on CUDA through pinned memory,
@@ -145,6 +147,7 @@ class Trainer {
   std::vector<int64_t> sharded_bytes_;  // per rank, as built
   int64_t start_step_ = 0;
   double recent_step_s_ = 0;  // moving average of the step time
+  double loop_start_ = 0;     // epoch seconds: the model built and loaded, for the restart latency
   StepMeasures measures_;  // constructed before the model is built
   PhaseTimer phases_;      // --phase-times
 };
@@ -228,7 +231,7 @@ void Trainer::start_outputs(const fsdp::MemoryStats& initial) {
   header.rank_memory_limit = rank_memory_limit_bytes().value_or(0);
   print_header(header);
   write_config_json(s_, world_.size(), start_step_, run_dir_);
-  metrics_.emplace(run_dir_, start_step_);
+  metrics_.emplace(run_dir_, start_step_, s_.restart.restart_count);
 }
 
 ProgressConfig Trainer::progress_config() const {
@@ -239,17 +242,23 @@ ProgressConfig Trainer::progress_config() const {
   pc.log_every =
       o_.log_every > 0 ? o_.log_every : std::max<int64_t>(1, (o_.steps - start_step_) / 25);
   pc.time_budget = o_.time_budget;
+  if (metrics_ && !metrics_->restarts().empty()) pc.restarts = metrics_->restarts().back();
   return pc;
 }
 
 LoopOutcome Trainer::train_loop(Progress& progress) {
   LoopOutcome outcome;
   const auto train_start = Clock::now();
+  loop_start_ = epoch_seconds_now();
   int64_t step = start_step_;
+  record_progress(step);
   while (step < o_.steps) {
     ++step;
+    s_.faults.kill_if_planned(world_.rank(), step, s_.restart.restart_count);
     const auto step_start = Clock::now();
     const AgreedStep agreed = optimizer_step(step, train_start);
+    record_progress(step);
+    if (step == start_step_ + 1) note_restart_latency(progress);
     outcome.stopped_by_budget = agreed.over_budget && step < o_.steps;
     const bool last = step == o_.steps || outcome.stopped_by_budget;
     StepRecord record = step_record(step, agreed, step_start);
@@ -266,6 +275,25 @@ LoopOutcome Trainer::train_loop(Progress& progress) {
   outcome.last_step = step;
   outcome.train_seconds = seconds_since(train_start);
   return outcome;
+}
+
+// One writer per node: see [Note: restarts] in tools/fsdp-run/restarts.h.
+void Trainer::record_progress(int64_t last_completed_step) const {
+  if (s_.local_rank == 0) write_progress(s_.restart.progress_file, last_completed_step);
+}
+
+// Rank 0, after a restart's first step: the time from the failure to it, by
+// phase. fsdp-run logs the first part of "start" (stopping the failed group).
+void Trainer::note_restart_latency(Progress& progress) {
+  if (!rank0_ || !s_.restart.failure_time) return;
+  const StartTimeline& t = s_.timeline;
+  const double now = epoch_seconds_now();
+  progress.note(fmt::format(
+      "  restart {}: first step {:.2f} s after the failure (stop and start {:.2f} s, checks "
+      "{:.2f} s, rendezvous {:.2f} s, build and load {:.2f} s, first step {:.2f} s)",
+      s_.restart.restart_count, now - *s_.restart.failure_time,
+      t.process_start - *s_.restart.failure_time, t.inputs_checked - t.process_start,
+      t.world_ready - t.inputs_checked, loop_start_ - t.world_ready, now - loop_start_));
 }
 
 AgreedStep Trainer::optimizer_step(int64_t step, Clock::time_point train_start) {
@@ -462,11 +490,12 @@ void Trainer::report(const LoopOutcome& loop, std::vector<RankMemory> memory,
   summary.run_dir = run_dir_;
   summary.metrics = metrics_->path();
   summary.checkpoint = final_dir;
+  if (!metrics_->restarts().empty()) summary.restarts = metrics_->restarts().back();
 
   const std::string title =
       fmt::format("fsdp-train: GPT {}x{}, {} rank{}, {}, {}", o_.layers, o_.width, world_.size(),
                   world_.size() == 1 ? "" : "s", o_.strategy, o_.mixed_precision);
-  const PlotResult plot = write_plot(run_dir_, metrics_->records(), title);
+  const PlotResult plot = write_plot(run_dir_, metrics_->records(), metrics_->restarts(), title);
   summary.plot = plot.png;
   summary.plot_error = plot.error;
   if (!sample.empty()) summary.sample_file = write_sample(sample);

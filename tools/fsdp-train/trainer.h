@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "corpus.h"
+#include "fault_injection.h"
 #include "fsdp/comm/process_group.h"
+#include "restart_env.h"
 #include "train_options.h"
 
 namespace fsdp_train {
@@ -26,7 +28,15 @@ struct TrainSetup {
   std::string resume_dir;   // "" unless --resume
   std::vector<std::string> resume_rejected;  // newer checkpoints of the run dir that did not verify
   int64_t resume_step = 0;  // the checkpoint's step
+  // "" unless --resume auto found the training complete: the line that says
+  // so, printed instead of training (main.cpp, [Note: a finished run under
+  // --resume auto]).
+  std::string finished;
   std::string corpus_warning;
+  int local_rank = 0;      // on this node; local rank 0 writes the progress file
+  RestartEnv restart;      // which start of the job this is (restart_env.h)
+  StartTimeline timeline;  // when this start's phases ended, for the restart latency
+  FaultInjection faults;   // the FSDP_TRAIN_TEST_SIGKILL_AT test seam
 };
 
 // Collective: every rank calls it. Returns the process exit code; throws on

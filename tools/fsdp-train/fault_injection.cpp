@@ -1,0 +1,40 @@
+#include "fault_injection.h"
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <sstream>
+
+namespace fsdp_train {
+
+std::string FaultInjection::read_from_env() {
+  kills_.clear();
+  const char* text = std::getenv("FSDP_TRAIN_TEST_SIGKILL_AT");
+  if (text == nullptr || *text == '\0') return "";
+  std::stringstream all(text);
+  std::string one;
+  while (std::getline(all, one, ',')) {
+    PlannedKill kill;
+    char colon1 = 0, colon2 = 0;
+    std::stringstream fields(one);
+    fields >> kill.rank >> colon1 >> kill.step >> colon2 >> kill.attempt;
+    if (fields.fail() || !fields.eof() || colon1 != ':' || colon2 != ':') {
+      kills_.clear();
+      return fmt::format(
+          "FSDP_TRAIN_TEST_SIGKILL_AT '{}': '{}' is not RANK:STEP:ATTEMPT (e.g. "
+          "1:4:0); it is a test seam, unset it for training runs",
+          text, one);
+    }
+    kills_.push_back(kill);
+  }
+  return "";
+}
+
+void FaultInjection::kill_if_planned(int rank, int64_t step, int attempt) const {
+  for (const PlannedKill& kill : kills_) {
+    if (kill.rank == rank && kill.step == step && kill.attempt == attempt) std::raise(SIGKILL);
+  }
+}
+
+}  // namespace fsdp_train

@@ -91,6 +91,9 @@ class FlatParamGrads {
 
   GradState state() const { return state_; }
   bool holds_unsharded_grads() const { return state_ == GradState::kUnsynced; }
+  // Sums of reductions held back from the all-reduce wait for the next one:
+  // .grad() lacks them until then.
+  bool holds_back_reduced_grads() const { return held_back_output_.defined(); }
   int64_t sharded_grad_bytes() const;
   // Bytes a reduction holds until it is finished: the input (one row per
   // shard rank: its slice plus the used-parameter flags) and, when sharded,

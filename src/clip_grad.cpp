@@ -47,6 +47,10 @@ std::vector<at::Tensor> sharded_grads(detail::RootState& state) {
     TORCH_CHECK(!unit->grads().holds_unsharded_grads(),
                 "fsdp: clip_grad_norm_ was called after a "
                 "backward without gradient sync; run a synchronizing backward first");
+    TORCH_CHECK(!unit->grads().holds_back_reduced_grads(),
+                "fsdp: clip_grad_norm_ was called while gradients are held back from the "
+                "all-reduce across replicas (set_requires_all_reduce(false)), so .grad() is "
+                "incomplete; run a backward with set_requires_all_reduce(true) first");
     for (const auto& p : unit->params().params()) {
       if (p.grad().defined() && p.grad().numel() > 0) grads.push_back(p.grad());
     }

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <utility>
+
 #include "compat.h"
 #include "flat_param_group.h"
 
@@ -201,8 +203,44 @@ void FlatParamGrads::start_collective() {
                                   /*exact_tail=*/nparams);
   } else {
     pending_.output = reduce_input_.view(-1);
-    if (group_.plan().replicates) pending_.work = all_reduce_across_replicas(pending_.output);
+    if (group_.plan().replicates && !holds_back_all_reduce()) {
+      add_held_back_output();
+      pending_.work = all_reduce_across_replicas(pending_.output);
+    }
   }
+}
+
+bool FlatParamGrads::holds_back_all_reduce() const {
+  return !settings_.requires_all_reduce && group_.plan().replicates;
+}
+
+// [Note: holding back the all-reduce]
+// FSDP2's set_requires_all_reduce(false). With hybrid sharding, gradient
+// accumulation can reduce-scatter every micro-batch (each rank then holds
+// only a shard of the gradients) and all-reduce across replicas, the slow
+// inter-node hop, only once. Such a reduction adds its output, undivided
+// and with the used-parameter counts, into held_back_output_, and gives back
+// the sharded gradients stashed before it: .grad() does not hold this
+// micro-batch yet. The next reduction that all-reduces first adds the held
+// sums to its own output, so one all-reduce carries every micro-batch, and
+// the division, the hook and the install happen once, on the total. Aliased
+// units have nothing to scatter: for them the switch means no reduction at
+// all, and UnitState keeps their full gradients as without gradient sync.
+void FlatParamGrads::hold_back_reduced_output() {
+  if (held_back_output_.defined()) {
+    held_back_output_.add_(pending_.output);
+  } else {
+    held_back_output_ = pending_.output.clone();  // the output may alias the freed input
+  }
+  const auto& params = group_.params();
+  for (size_t i = 0; i < stashed_grads_.size(); ++i)
+    params[i].mutable_grad() = std::move(stashed_grads_[i]);
+}
+
+void FlatParamGrads::add_held_back_output() {
+  if (!held_back_output_.defined()) return;
+  pending_.output.add_(held_back_output_);
+  held_back_output_ = at::Tensor();
 }
 
 void FlatParamGrads::finish_reduction() {
@@ -211,12 +249,17 @@ void FlatParamGrads::finish_reduction() {
   const int64_t shard = group_.layout().shard_numel();
   const int64_t nparams = group_.layout().num_params();
   at::NoGradGuard no_grad;
-  at::Tensor reduced = wait_for_reduced_shard();
-  if (!sharded_grad_.defined()) make_sharded_grad();
-  if (!install_reduced_grads_flat(reduced, pending_.every_param_used_locally)) {
-    at::Tensor users = pending_.output.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
-    ++flag_transfers_;
-    install_reduced_grads_per_param(reduced, users.data_ptr<float>());
+  if (holds_back_all_reduce()) {
+    if (pending_.work) std::exchange(pending_.work, nullptr)->wait();
+    hold_back_reduced_output();
+  } else {
+    at::Tensor reduced = wait_for_reduced_shard();
+    if (!sharded_grad_.defined()) make_sharded_grad();
+    if (!install_reduced_grads_flat(reduced, pending_.every_param_used_locally)) {
+      at::Tensor users = pending_.output.narrow(0, shard, nparams).to(at::kCPU, at::kFloat);
+      ++flag_transfers_;
+      install_reduced_grads_per_param(reduced, users.data_ptr<float>());
+    }
   }
   stashed_grads_.clear();
   pending_ = PendingReduction();
@@ -267,22 +310,28 @@ WorkPtr FlatParamGrads::all_reduce_across_replicas(const at::Tensor& reduced) co
                                /*exact_tail=*/group_.layout().num_params());
 }
 
-// Waits for the reduction and returns this rank's averaged shard of it, on
-// the shards' device.
+// Waits for the reduction and returns this rank's shard of it, divided (by
+// the ranks it was summed over, or the user's factor) and passed through the
+// user's all-reduce hook, on the shards' device.
 at::Tensor FlatParamGrads::wait_for_reduced_shard() {
   const UnitPlan& plan = group_.plan();
   if (pending_.work) {
     WorkPtr work = std::move(pending_.work);
     work->wait();
   }
-  int64_t divisor = group_.groups().shard->size();
+  int64_t ranks_summed = group_.groups().shard->size();
   if (plan.replicates) {
     // Hybrid: after the shard group's reduce-scatter, replicas all-reduce.
-    if (plan.shards_across_ranks) all_reduce_across_replicas(pending_.output)->wait();
-    divisor *= group_.groups().replicate->size();
+    if (plan.shards_across_ranks) {
+      add_held_back_output();
+      all_reduce_across_replicas(pending_.output)->wait();
+    }
+    ranks_summed *= group_.groups().replicate->size();
   }
   at::Tensor reduced = pending_.output.narrow(0, 0, group_.layout().shard_numel());
-  if (divisor > 1) reduced.div_(divisor);
+  const double divisor = settings_.divide_factor.value_or(static_cast<double>(ranks_summed));
+  if (divisor != 1.0) reduced.div_(divisor);
+  if (settings_.all_reduce_hook) settings_.all_reduce_hook(reduced);
   // Offload: one copy of the reduced shard to the host per unit.
   const at::Tensor& shard = group_.sharded_flat();
   if (group_.config().offload_to_cpu) {
@@ -362,7 +411,10 @@ void FlatParamGrads::install_reduced_grads_per_param(const at::Tensor& reduced,
 }
 
 int64_t FlatParamGrads::sharded_grad_bytes() const {
-  return sharded_grad_.defined() ? static_cast<int64_t>(sharded_grad_.nbytes()) : 0;
+  const auto bytes = [](const at::Tensor& t) {
+    return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  };
+  return bytes(sharded_grad_) + bytes(held_back_output_);
 }
 
 int64_t FlatParamGrads::reduce_buffer_bytes() const {

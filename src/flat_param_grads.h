@@ -9,7 +9,10 @@
 
 #include <ATen/ATen.h>
 
+#include <c10/util/Optional.h>
+
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "fsdp/comm/process_group.h"
@@ -36,6 +39,20 @@ class FlatParamGroup;
 // full.
 enum class GradState { kSharded, kStashed, kUnsynced, kReducing };
 const char* to_string(GradState state);
+
+// How a unit's reduction scales and hands over its result: the user's
+// runtime choices (UnitModule::set_gradient_divide_factor,
+// set_requires_all_reduce, set_all_reduce_hook). See [Note: runtime
+// switches] in unit_state.h.
+struct GradReductionSettings {
+  // Divides the summed gradient; unset: by the ranks it was summed over.
+  c10::optional<double> divide_factor;
+  // false: replicas do not all-reduce; the shard group's results are summed
+  // aside (see [Note: holding back the all-reduce]).
+  bool requires_all_reduce = true;
+  // Called on the complete, divided shard, before it is installed.
+  std::function<void(const at::Tensor&)> all_reduce_hook;
+};
 
 class FlatParamGrads {
  public:
@@ -67,8 +84,16 @@ class FlatParamGrads {
   // gradient sync, and an aliased unit's own, stay as they are.
   void abandon_step();
 
+  GradReductionSettings& settings() { return settings_; }
+  // Whether the next reduction skips the all-reduce across replicas and sums
+  // its result aside: requires_all_reduce is off and the unit has replicas.
+  bool holds_back_all_reduce() const;
+
   GradState state() const { return state_; }
   bool holds_unsharded_grads() const { return state_ == GradState::kUnsynced; }
+  // Sums of reductions held back from the all-reduce wait for the next one:
+  // .grad() lacks them until then.
+  bool holds_back_reduced_grads() const { return held_back_output_.defined(); }
   int64_t sharded_grad_bytes() const;
   // Bytes a reduction holds until it is finished: the input (one row per
   // shard rank: its slice plus the used-parameter flags) and, when sharded,
@@ -95,6 +120,8 @@ class FlatParamGrads {
   void scatter_grad_into(int64_t param, const at::Tensor& grad) const;
   void start_collective();
   at::Tensor wait_for_reduced_shard();
+  void hold_back_reduced_output();
+  void add_held_back_output();
   WorkPtr all_reduce_across_replicas(const at::Tensor& reduced) const;
   bool install_reduced_grads_flat(const at::Tensor& reduced, bool every_param_used);
   void install_reduced_grads_per_param(const at::Tensor& reduced, const float* user_count);
@@ -121,6 +148,11 @@ class FlatParamGrads {
   std::vector<float> device_flags_values_;
   int64_t flag_transfers_ = 0;
   PendingReduction pending_;  // meaningful in GradState::kReducing
+  GradReductionSettings settings_;
+  // Sums of reductions not yet all-reduced across replicas, shaped like
+  // pending_.output (the used-parameter counts summed too); undefined when
+  // none. See [Note: holding back the all-reduce].
+  at::Tensor held_back_output_;  // [shard_numel + num_params], reduce dtype
 };
 
 }  // namespace fsdp::detail

@@ -227,14 +227,19 @@ void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
   detail::UnitModuleAccess::attach_root_state(root, std::move(root_state));
 }
 
-NoSyncGuard::NoSyncGuard(UnitModule& root) : root_(root) {
-  detail::RootState& state = detail::root_state_of(root, "NoSyncGuard");
-  previous_ = state.requires_grad_sync();
-  state.set_requires_grad_sync(false);
+NoSyncGuard::NoSyncGuard(UnitModule& unit) : unit_(unit) {
+  for (detail::UnitState* state : detail::units_within(unit, /*recurse=*/true, "NoSyncGuard")) {
+    previous_.push_back(state->requires_grad_sync());
+    state->set_requires_grad_sync(false);
+  }
 }
 
 NoSyncGuard::~NoSyncGuard() {
-  detail::UnitModuleAccess::root_state(root_)->set_requires_grad_sync(previous_);
+  // The same units, in the same order: a model's units do not change.
+  const auto states = detail::units_within(unit_, /*recurse=*/true, "NoSyncGuard");
+  for (size_t i = 0; i < states.size() && i < previous_.size(); ++i) {
+    states[i]->set_requires_grad_sync(previous_[i]);
+  }
 }
 
 }  // namespace fsdp

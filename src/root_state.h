@@ -57,10 +57,6 @@ class RootState {
   void enter_root_forward() { ++root_forward_depth_; }
   void exit_root_forward();
 
-  // Gradient sync (no_sync / set_requires_gradient_sync).
-  bool requires_grad_sync() const { return requires_grad_sync_; }
-  void set_requires_grad_sync(bool on) { requires_grad_sync_ = on; }
-
   // Which steps run the costly checks.
   ValidationSchedule& validation() { return validation_; }
 
@@ -104,7 +100,6 @@ class RootState {
   int root_forward_depth_ = 0;
   bool in_backward_ = false;
   bool callback_queued_ = false;
-  bool requires_grad_sync_ = true;
   ValidationSchedule validation_;
   int max_inflight_all_gathers_;
   std::vector<UnitState*> recording_order_;

@@ -1,8 +1,12 @@
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "fsdp/sharded.h"
 #include "root_state.h"
 #include "unit_module_access.h"
+#include "unit_name.h"
 #include "unit_state.h"
 
 namespace fsdp {
@@ -43,8 +47,50 @@ void UnitModule::set_backward_prefetch(const std::vector<UnitModule*>& units) {
   state_->root().set_prefetch_list(*state_, /*forward=*/false, unit_states(units));
 }
 
-void UnitModule::set_requires_gradient_sync(bool requires_sync) {
-  detail::root_state_of(*this, "set_requires_gradient_sync").set_requires_grad_sync(requires_sync);
+void UnitModule::set_requires_gradient_sync(bool requires_sync, bool recurse) {
+  for (detail::UnitState* unit :
+       detail::units_within(*this, recurse, "set_requires_gradient_sync")) {
+    unit->set_requires_grad_sync(requires_sync);
+  }
+}
+
+void UnitModule::set_requires_all_reduce(bool requires_all_reduce, bool recurse) {
+  for (detail::UnitState* unit : detail::units_within(*this, recurse, "set_requires_all_reduce")) {
+    unit->grads().settings().requires_all_reduce = requires_all_reduce;
+  }
+}
+
+void UnitModule::set_reshard_after_forward(bool reshard, bool recurse) {
+  for (detail::UnitState* unit :
+       detail::units_within(*this, recurse, "set_reshard_after_forward")) {
+    unit->set_reshard_after_forward(reshard);
+  }
+}
+
+void UnitModule::set_gradient_divide_factor(double factor, bool recurse) {
+  TORCH_CHECK(std::isfinite(factor) && factor > 0, "fsdp: set_gradient_divide_factor(", factor,
+              "): the factor must be a positive number (1.0 sums the gradients; by default they "
+              "are divided by the number of ranks they are summed over)");
+  const auto units = detail::units_within(*this, recurse, "set_gradient_divide_factor");
+  // [Note: no divide factor on aliased units]
+  // An aliased unit's .grad() is the full gradient, which autograd keeps
+  // accumulating onto last step's reduced value; its reduction then sums
+  // that value once per rank and relies on dividing by the rank count to
+  // give it back unchanged. Any other factor would rescale it.
+  for (detail::UnitState* unit : units) {
+    TORCH_CHECK(!unit->params().is_aliased(), "fsdp: set_gradient_divide_factor(", factor,
+                "): unit '", detail::display_name(unit->name()),
+                "' keeps its parameters whole (one rank in its shard group, no mixed precision), "
+                "and libfsdp does not support a divide factor there; scale the loss by "
+                "(ranks / factor) instead, or set it only on sharded units (recurse = false)");
+  }
+  for (detail::UnitState* unit : units) unit->grads().settings().divide_factor = factor;
+}
+
+void UnitModule::set_all_reduce_hook(AllReduceHook hook, bool recurse) {
+  for (detail::UnitState* unit : detail::units_within(*this, recurse, "set_all_reduce_hook")) {
+    unit->grads().settings().all_reduce_hook = hook;
+  }
 }
 
 void UnitModule::set_validate_execution_order(bool every_step) {
@@ -60,6 +106,24 @@ void UnitModule::after_forward(detail::TensorRefs& outputs) { state_->post_forwa
 void UnitModule::forward_failed() noexcept { state_->abort_forward_quietly(); }
 
 namespace detail {
+
+std::vector<UnitState*> units_within(const UnitModule& unit, bool recurse, const char* api) {
+  TORCH_CHECK(unit.is_sharded(), "fsdp: ", api,
+              " needs a unit sharded by fully_shard; call it after fully_shard");
+  std::vector<UnitState*> states;
+  const auto add = [&states](const UnitModule& module) {
+    UnitState* state = UnitModuleAccess::unit_state(module);
+    // Units sharing one state (share_unit_with) count once.
+    if (state && std::find(states.begin(), states.end(), state) == states.end())
+      states.push_back(state);
+  };
+  add(unit);
+  if (!recurse) return states;
+  for (const auto& module : unit.modules(/*include_self=*/false)) {
+    if (const auto* nested = dynamic_cast<const UnitModule*>(module.get())) add(*nested);
+  }
+  return states;
+}
 
 RootState& root_state_of(const UnitModule& root, const char* api) {
   RootState* state = UnitModuleAccess::root_state(root);

@@ -4,6 +4,7 @@
 // the one door the library uses.
 
 #include <memory>
+#include <vector>
 
 #include "fsdp/sharded.h"
 
@@ -24,6 +25,10 @@ class UnitModuleAccess {
     root.root_state_ = std::move(state);
   }
 };
+
+// `unit`'s state and, with `recurse`, that of every unit inside its module,
+// each once, in pre-order. Throws, naming `api`, when `unit` is not sharded.
+std::vector<UnitState*> units_within(const UnitModule& unit, bool recurse, const char* api);
 
 // The state of the model `root` is the root of. Throws, naming `api`, when
 // `root` is not the module fully_shard returned.

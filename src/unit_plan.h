@@ -29,7 +29,9 @@ struct UnitPlan {
   // a unit has no post-backward work.
   bool reduces_grads = false;
   // After forward the gathered parameters are freed (or cut to a k-chunk),
-  // and backward gathers them again.
+  // and backward gathers them again. The choice at fully_shard time: the
+  // unit's current one is UnitState's, which this seeds (see [Note: runtime
+  // switches] in unit_state.h).
   bool reshards_after_forward = true;
   // k of the k-rank post-forward group, or 0 for none (a plain reshard, or
   // no reshard). See [Note: resharding to a smaller group].

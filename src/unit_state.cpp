@@ -25,7 +25,8 @@ UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params,
     : config_(std::move(config)),
       params_(std::move(params)),
       grads_(std::make_unique<FlatParamGrads>(*params_)),
-      root_(std::move(root)) {}
+      root_(std::move(root)),
+      reshard_after_forward_(params_->plan().reshards_after_forward) {}
 
 RootState& UnitState::root() {
   // The root module keeps the state alive; a lock only proves it still does.
@@ -119,7 +120,7 @@ void UnitState::post_forward(TensorRefs& outputs) {
     }
   }
   state_ = TrainingState::kIdle;
-  const bool reshard = !grad_enabled || (!keep_gathered && params_->plan().reshards_after_forward);
+  const bool reshard = !grad_enabled || (!keep_gathered && reshard_after_forward_);
   if (reshard) {
     if (grad_enabled) {
       params_->reshard_after_forward();
@@ -190,8 +191,13 @@ void UnitState::post_backward() {
 void UnitState::reduce_and_reshard() {
   bool trainable = false;
   for (const auto& p : params_->params()) trainable |= p.requires_grad();
+  // An aliased unit has nothing to scatter, so holding back its all-reduce
+  // leaves nothing to do: it keeps full gradients, as without sync. See
+  // [Note: holding back the all-reduce].
+  const bool reduces_now =
+      requires_grad_sync_ && !(params_->is_aliased() && grads_->holds_back_all_reduce());
   if (trainable && params_->plan().reduces_grads) {
-    if (root().requires_grad_sync()) {
+    if (reduces_now) {
       root().reductions().issue(*grads_);
     } else {
       grads_->keep_unsharded_grads();

@@ -46,6 +46,20 @@ struct UnitConfig {
 // instead of reading freed memory. The counters its storage updates are
 // shared with the root (ModelCounters), so freeing the unit's buffers stays
 // safe without it.
+//
+// [Note: runtime switches]
+// FSDP2 lets a training loop change, between steps, how each module takes
+// part in the next ones: gradient sync (set_requires_gradient_sync),
+// the all-reduce across replicas (set_requires_all_reduce), resharding
+// after forward, and how gradients are scaled and handed over
+// (set_gradient_divide_factor, set_all_reduce_hook). Each is a fact about
+// one unit, so each lives with the unit: what the lifecycle reads (sync,
+// reshard after forward) on UnitState, what the reduction reads on its
+// FlatParamGrads' GradReductionSettings. UnitModule's setters apply them to
+// a unit and, by default, to every unit inside it; fully_shard's options
+// only seed them (UnitPlan::reshards_after_forward is the seed of
+// reshard_after_forward_). A unit whose sync is off keeps full gradients
+// while the others reduce theirs: each unit's gradient state is its own.
 class UnitState : public std::enable_shared_from_this<UnitState> {
  public:
   UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params,
@@ -85,6 +99,10 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   const FlatParamGroup& params() const { return *params_; }
   FlatParamGrads& grads() { return *grads_; }
   const FlatParamGrads& grads() const { return *grads_; }
+  // The runtime switches; see [Note: runtime switches].
+  void set_requires_grad_sync(bool on) { requires_grad_sync_ = on; }
+  bool requires_grad_sync() const { return requires_grad_sync_; }
+  void set_reshard_after_forward(bool on) { reshard_after_forward_ = on; }
   // Throws when the root module is gone; see [Note: a unit outliving its root].
   RootState& root();
   const UnitConfig& config() const { return config_; }
@@ -110,6 +128,8 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   std::vector<uint32_t> param_versions_;  // at post-forward, to catch in-place edits
   c10::optional<double> shard_checksum_;  // at post-forward; see [Note: optimizer step before backward]
   bool checksum_full_ = false;            // whole shard or a sample
+  bool requires_grad_sync_ = true;
+  bool reshard_after_forward_;  // seeded from the plan
 };
 
 }  // namespace fsdp::detail

@@ -157,5 +157,37 @@ TEST(MixedPrecision, BufferDtypeCastsFloatingBuffersOnly) {
   });
 }
 
+// FSDP2's rule (MixedPrecisionPolicy and FSDPParam.init_dtype_attrs in
+// torch/distributed/fsdp/_fully_shard/): gradients are computed in
+// param_dtype and, with reduce_dtype unset, reduced in it too, so a ported
+// param_dtype(bf16) policy reduces in bf16 in both libraries. Seen twice:
+// in unit_infos, and in the dtype of the reduced shard the all-reduce hook
+// receives.
+TEST(MixedPrecision, ReduceDtypeFollowsParamDtypeWhenUnset) {
+  run_ranks(2, [](RankContext& ctx) {
+    const auto reduce_dtypes = [&ctx](const MixedPrecisionPolicy& mp) {
+      Mlp local(4, 5, 2, true);
+      local->to(at::kDouble);
+      auto model = fully_shard(local, FullyShardOptions(ctx.group).mp(mp));
+      std::vector<at::ScalarType> dtypes;
+      for (const auto& info : unit_infos(*model)) dtypes.push_back(info.reduce_dtype);
+      model->set_all_reduce_hook(
+          [&dtypes](const at::Tensor& shard) { dtypes.push_back(shard.scalar_type()); });
+      model->forward(at::randn({2, 4}, at::kDouble)).sum().backward();
+      EXPECT_EQ(dtypes.size(), 6u) << "three units, each in unit_infos and in one hook call";
+      return dtypes;
+    };
+    const auto expect_all = [](const std::vector<at::ScalarType>& dtypes, at::ScalarType expected) {
+      for (at::ScalarType dtype : dtypes) EXPECT_EQ(dtype, expected);
+    };
+    expect_all(reduce_dtypes(MixedPrecisionPolicy().param_dtype(at::kFloat)), at::kFloat);
+    expect_all(reduce_dtypes(MixedPrecisionPolicy().param_dtype(at::kBFloat16)), at::kBFloat16);
+    expect_all(reduce_dtypes(MixedPrecisionPolicy()), at::kDouble);
+    expect_all(
+        reduce_dtypes(MixedPrecisionPolicy().param_dtype(at::kBFloat16).reduce_dtype(at::kFloat)),
+        at::kFloat);
+  });
+}
+
 }  // namespace
 }  // namespace fsdp::testing

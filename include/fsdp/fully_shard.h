@@ -16,6 +16,7 @@
 // model->parameters() only after sharding.
 
 #include <type_traits>
+#include <vector>
 
 #include "fsdp/options.h"
 #include "fsdp/sharded.h"
@@ -53,18 +54,20 @@ Sharded<Holder>& fully_shard(Sharded<Holder>& root, const FullyShardOptions& opt
   return root;
 }
 
-// set_requires_gradient_sync(false) for a scope:
+// set_requires_gradient_sync(false) for a scope, on a unit and every unit
+// inside it (the whole model, given the root); restores each one's previous
+// setting:
 //   for (micro-batches but the last) { fsdp::NoSyncGuard g(*model); ... }
 class NoSyncGuard {
  public:
-  explicit NoSyncGuard(UnitModule& root);
+  explicit NoSyncGuard(UnitModule& unit);
   ~NoSyncGuard();
   NoSyncGuard(const NoSyncGuard&) = delete;
   NoSyncGuard& operator=(const NoSyncGuard&) = delete;
 
  private:
-  UnitModule& root_;
-  bool previous_;
+  UnitModule& unit_;
+  std::vector<bool> previous_;  // per unit, in units' pre-order
 };
 
 }  // namespace fsdp

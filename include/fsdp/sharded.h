@@ -16,6 +16,7 @@
 
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@ class UnitState;
 class RootState;
 class UnitModuleAccess;
 }
+
+// See UnitModule::set_all_reduce_hook.
+using AllReduceHook = std::function<void(const at::Tensor& reduced_grad_shard)>;
 
 // The non-template part of every Sharded<M>.
 class UnitModule : public ModuleWrapper {
@@ -50,13 +54,36 @@ class UnitModule : public ModuleWrapper {
   void set_forward_prefetch(const std::vector<UnitModule*>& units);
   void set_backward_prefetch(const std::vector<UnitModule*>& units);
 
-  // On the root (after fully_shard), as FSDP2 has them on FSDPModule:
+  // Runtime switches (after fully_shard), as FSDP2 has them on FSDPModule.
+  // Each applies to this unit and, with `recurse`, to every unit inside its
+  // module; they take effect from the next forward or backward. See
+  // [Note: runtime switches] in src/unit_state.h.
   //
   // Turns gradient synchronization off or on for the next backwards. While
-  // off, full (unsharded) gradients accumulate locally, using memory for the
-  // whole model's gradients; the next synchronizing backward reduces them
-  // all. NoSyncGuard is the scoped form.
-  void set_requires_gradient_sync(bool requires_sync);
+  // off, the unit's full (unsharded) gradients accumulate locally, using
+  // memory for its whole gradients; its next synchronizing backward reduces
+  // them all. NoSyncGuard is the scoped form.
+  void set_requires_gradient_sync(bool requires_sync, bool recurse = true);
+  // Hybrid strategies (and kNoShard): whether the reduced gradients are
+  // all-reduced across replicas. While off, each backward still
+  // reduce-scatters within the shard group, and the results are summed
+  // aside; the next backward with it on all-reduces them together with its
+  // own. .grad() is complete only after that backward. No effect on units
+  // that have no replicas.
+  void set_requires_all_reduce(bool requires_all_reduce, bool recurse = true);
+  // Frees the gathered parameters after forward (true) or keeps them until
+  // the end of backward (false), as FullyShardOptions::reshard_after_forward
+  // chose at fully_shard time.
+  void set_reshard_after_forward(bool reshard, bool recurse = true);
+  // The reduction divides the summed gradient by `factor` instead of by the
+  // number of ranks it was summed over (for example 1.0 to sum, when the loss
+  // is already normalized by the global token count). factor > 0.
+  void set_gradient_divide_factor(double factor, bool recurse = true);
+  // Called with the unit's reduced gradient shard (1-D, reduce dtype, already
+  // divided) once it is complete: after the reduce-scatter, or after the
+  // all-reduce across replicas; it may change the tensor in place. An empty
+  // function removes it.
+  void set_all_reduce_hook(AllReduceHook hook, bool recurse = true);
   // Checks on every step (not only the first) that all ranks run the units
   // in the same order, naming the first differing unit on each rank. Costs
   // one tiny all-gather per unit forward. FSDP_DEBUG=1 in the environment at

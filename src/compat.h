@@ -75,16 +75,19 @@ struct StoreDeclaresClone : std::false_type {};
 template <class S>
 struct StoreDeclaresClone<S, std::void_t<decltype(std::declval<S&>().clone())>> : std::true_type {};
 
-template <class Self, bool = StoreDeclaresClone<c10d::Store>::value>
-class CloneableStore : public c10d::Store {
+template <class Self, class Base = c10d::Store, bool = StoreDeclaresClone<Base>::value>
+class CloneableStore : public Base {
  public:
-  using c10d::Store::Store;
+  using Base::Base;
 };
 
-template <class Self>
-class CloneableStore<Self, true> : public c10d::Store {
+// The base is a template parameter so that `override` is checked where the
+// class is instantiated, not where it is defined: clang checks a class with a
+// non-dependent base at once, and finds no clone() to override on 1.13.
+template <class Self, class Base>
+class CloneableStore<Self, Base, true> : public Base {
  public:
-  using c10d::Store::Store;
+  using Base::Base;
   c10::intrusive_ptr<c10d::Store> clone() override {
     return static_cast<Self*>(this)->clone_store();
   }

@@ -61,6 +61,8 @@ SummonFullParams::SummonFullParams(UnitModule& module, SummonFullParamsOptions o
     TORCH_CHECK(!unit->awaiting_backward(), "fsdp: SummonFullParams was created after a forward "
                 "whose backward has not run (unit '", detail::display_name(unit->name()), "'); call backward "
                 "first, or run evaluation forwards under at::NoGradGuard");
+    TORCH_CHECK(!unit->held_unsharded(), "fsdp: unit '", detail::display_name(unit->name()),
+                "' is held gathered by unshard(); call reshard() before SummonFullParams");
     TORCH_CHECK(unit->state() == detail::TrainingState::kIdle, "fsdp: unit '",
                 detail::display_name(unit->name()), "' is in state ", detail::to_string(unit->state()),
                 "; full parameters can be summoned only outside forward and backward");

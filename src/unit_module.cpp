@@ -54,6 +54,27 @@ void UnitModule::set_requires_gradient_sync(bool requires_sync, bool recurse) {
   }
 }
 
+UnshardHandle UnitModule::unshard(bool async_op, bool recurse) {
+  UnshardHandle handle;
+  for (detail::UnitState* unit : detail::units_within(*this, recurse, "unshard")) {
+    unit->hold_unsharded();
+    handle.units_.push_back(unit->weak_from_this());
+  }
+  if (!async_op) handle.wait();
+  return handle;
+}
+
+void UnshardHandle::wait() {
+  for (const auto& weak : units_) {
+    if (const auto unit = weak.lock()) unit->finish_unshard();
+  }
+  units_.clear();
+}
+
+void UnitModule::reshard(bool recurse) {
+  for (detail::UnitState* unit : detail::units_within(*this, recurse, "reshard")) unit->end_hold();
+}
+
 void UnitModule::set_requires_all_reduce(bool requires_all_reduce, bool recurse) {
   for (detail::UnitState* unit : detail::units_within(*this, recurse, "set_requires_all_reduce")) {
     unit->grads().settings().requires_all_reduce = requires_all_reduce;

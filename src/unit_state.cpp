@@ -18,6 +18,13 @@ void cast_floating(TensorRefs& tensors, at::ScalarType dtype) {
   }
 }
 
+std::vector<uint32_t> versions_of(const std::vector<at::Tensor>& params) {
+  std::vector<uint32_t> versions;
+  versions.reserve(params.size());
+  for (const auto& p : params) versions.push_back(static_cast<uint32_t>(p._version()));
+  return versions;
+}
+
 }  // namespace
 
 UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params,
@@ -57,6 +64,7 @@ void UnitState::pre_forward(TensorRefs& inputs) {
   TORCH_CHECK(state_ != TrainingState::kSummonFullParams, "fsdp: forward of unit '", name,
               "' was called inside summon_full_params; run forward after the "
               "fsdp::SummonFullParams guard is gone");
+  if (held_unsharded_) check_hold_still_valid();
   TORCH_CHECK(state_ == TrainingState::kIdle, "fsdp: forward of unit '", name,
               "' was called while the unit is in state ", to_string(state_),
               "; a unit cannot run inside its own forward");
@@ -97,8 +105,7 @@ void UnitState::post_forward(TensorRefs& outputs) {
     bool any_output_needs_grad = hooked;
     if (hooked) {
       ++pending_backwards_;
-      param_versions_.clear();
-      for (const auto& p : params_->params()) param_versions_.push_back(static_cast<uint32_t>(p._version()));
+      param_versions_ = versions_of(params_->params());
       shard_checksum_ = c10::nullopt;
       checksum_full_ = root().validation().checks_whole_shards();
       if (checksum_full_) {
@@ -125,7 +132,7 @@ void UnitState::post_forward(TensorRefs& outputs) {
     if (grad_enabled) {
       params_->reshard_after_forward();
     } else {
-      params_->reshard();
+      release_params();
     }
   } else if (!keep_gathered) {
     params_->park_params_on_shards();
@@ -203,7 +210,7 @@ void UnitState::reduce_and_reshard() {
       grads_->keep_unsharded_grads();
     }
   }
-  params_->reshard();
+  release_params();
   state_ = TrainingState::kPostBackward;
 }
 
@@ -218,7 +225,7 @@ void UnitState::finish_backward_step() {
     } else {
       // Forward ran, but backward never reached this unit (its outputs did
       // not feed the loss): just free.
-      params_->reshard();
+      release_params();
     }
   }
   unhooked_backward_ = false;
@@ -249,7 +256,7 @@ void UnitState::end_backward() {
 // error names the operation and the peer.
 void UnitState::abort_forward() {
   if (state_ == TrainingState::kForward) state_ = TrainingState::kIdle;
-  params_->reshard();  // waits for a gather in flight first
+  release_params();  // reshard() waits for a gather in flight first
   if (config_.is_root) root().reset_after_failure();
 }
 
@@ -259,7 +266,7 @@ void UnitState::forward_abandoned() noexcept {
   const std::shared_ptr<RootState> root = root_.lock();
   if (root && root->in_backward()) return;  // the final callback finishes the step
   try {
-    params_->reshard();  // a unit kept gathered for a backward that will not come
+    release_params();  // a unit kept gathered for a backward that will not come
   } catch (...) {
     // Only a gather in flight can fail here, and it is not this unit's; the
     // next collective reports the cause.
@@ -276,12 +283,92 @@ void UnitState::abort_forward_quietly() noexcept {
 }
 
 void UnitState::reset_after_failure() {
-  params_->reshard();
+  release_params();
   grads_->abandon_step();
   if (state_ != TrainingState::kSummonFullParams) state_ = TrainingState::kIdle;
   pending_backwards_ = 0;
   unhooked_backward_ = false;
   ran_on_its_own_ = false;
+}
+
+void UnitState::release_params() {
+  if (held_unsharded_) {
+    params_->park_params_on_shards();
+  } else {
+    params_->reshard();
+  }
+}
+
+// [Note: holding a unit unsharded]
+// FSDP2's FSDPModule.unshard() and reshard(), for loops that run many
+// forwards on the same parameters (generation: decode token after token,
+// then train). unshard() gathers the unit once; until reshard(), its
+// forwards gather nothing and free nothing. Between forwards the parameters
+// are parked on their shards (FlatParamGroup::park_params_on_shards), so the
+// model looks as it does at rest to the optimizer, state dicts and
+// checkpoints; a forward points them back at the gathered buffer.
+// The gathered copy is only right while the shards do not change, so:
+//  - only forwards without grad run while held; a training forward is
+//    refused, naming reshard(): backward would reduce gradients, and the
+//    optimizer step after it would leave the copy stale;
+//  - each forward checks that the shards are as unshard() found them
+//    (version counters, and on the CPU a sample sum, as [Note: optimizer step
+//    before backward] does), so a step or a checkpoint load while held is an
+//    error, not a forward on stale parameters;
+//  - a failed forward keeps the hold (the buffer is parked, not freed).
+// SummonFullParams refuses a held unit. Every rank must unshard and reshard
+// the same units, since unshard() gathers.
+void UnitState::hold_unsharded() {
+  RootState& root = this->root();
+  root.recover_from_failed_step();
+  const std::string& name = display_name(config_.name);
+  TORCH_CHECK(!root.root_forward_active() && !root.in_backward(), "fsdp: unshard() of unit '", name,
+              "' was called inside forward or backward; call it between steps");
+  TORCH_CHECK(state_ == TrainingState::kIdle, "fsdp: unshard() of unit '", name,
+              "' was called while the unit is in state ", to_string(state_),
+              "; end the fsdp::SummonFullParams guard first");
+  TORCH_CHECK(!awaiting_backward(), "fsdp: unshard() of unit '", name,
+              "' was called after a forward whose backward has not run; call backward first, "
+              "or run that forward under at::NoGradGuard");
+  if (held_unsharded_) return;
+  params_->discard_post_forward_shard();
+  held_versions_ = versions_of(params_->params());
+  held_checksum_ = c10::nullopt;
+  if (!params_->is_aliased() && !params_->sharded_flat().is_cuda()) {
+    held_checksum_ = params_->shard_checksum(/*full=*/false);
+  }
+  held_unsharded_ = true;
+  params_->unshard_async();
+}
+
+void UnitState::finish_unshard() {
+  if (!held_unsharded_ || state_ != TrainingState::kIdle) return;
+  params_->wait_unshard();
+  params_->park_params_on_shards();
+}
+
+void UnitState::end_hold() {
+  TORCH_CHECK(state_ == TrainingState::kIdle && !root().root_forward_active(),
+              "fsdp: reshard() of unit '", display_name(config_.name),
+              "' was called inside forward, backward or summon_full_params; call it between steps");
+  if (!held_unsharded_) return;
+  held_unsharded_ = false;
+  held_versions_.clear();
+  held_checksum_ = c10::nullopt;
+  params_->reshard();
+}
+
+void UnitState::check_hold_still_valid() {
+  const std::string& name = display_name(config_.name);
+  TORCH_CHECK(!at::GradMode::is_enabled(), "fsdp: forward of unit '", name,
+              "' ran with grad enabled while unshard() holds it gathered; call reshard() before "
+              "a training step, or run the forward under at::NoGradGuard");
+  const bool unchanged = versions_of(params_->params()) == held_versions_ &&
+                         (!held_checksum_ || params_->shard_checksum(false) == *held_checksum_);
+  TORCH_CHECK(unchanged, "fsdp: the parameters of unit '", name,
+              "' changed after unshard() (an optimizer step or a checkpoint load?), so its "
+              "gathered copy is stale; call reshard() before changing them, and unshard() again "
+              "after");
 }
 
 }  // namespace fsdp::detail

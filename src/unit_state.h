@@ -85,6 +85,11 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   // An exception ended the step: back to kIdle with parameters and
   // gradients sharded, no collective in flight.
   void reset_after_failure();
+  // UnitModule::unshard / reshard; see [Note: holding a unit unsharded].
+  void hold_unsharded();
+  void finish_unshard();
+  void end_hold();
+  bool held_unsharded() const { return held_unsharded_; }
 
   const std::string& name() const { return config_.name; }
   bool is_root() const { return config_.is_root; }
@@ -112,6 +117,9 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   void check_params_unmodified() const;
   void attach_post_backward(TensorRefs& inputs);
   void attach_pre_backward(TensorRefs& outputs);
+  // Frees the gathered parameters, or parks them while the unit is held.
+  void release_params();
+  void check_hold_still_valid();
 
   UnitConfig config_;
   std::unique_ptr<FlatParamGroup> params_;
@@ -130,6 +138,9 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   bool checksum_full_ = false;            // whole shard or a sample
   bool requires_grad_sync_ = true;
   bool reshard_after_forward_;  // seeded from the plan
+  bool held_unsharded_ = false;
+  std::vector<uint32_t> held_versions_;  // at unshard(), to catch shard edits while held
+  c10::optional<double> held_checksum_;  // likewise, for edits through .data()
 };
 
 }  // namespace fsdp::detail

@@ -8,12 +8,15 @@
 //  - set_requires_all_reduce: hybrid sharding reduce-scatters every
 //    micro-batch and all-reduces across replicas only at the last;
 //  - set_reshard_after_forward: free or keep the gathered parameters after
-//    forward, changed between steps.
+//    forward, changed between steps;
+//  - unshard / reshard: forwards between them gather nothing, and give the
+//    one-process outputs.
 // Each compares, in float64, every rank's gradient shards with one process
 // on the same global batch, within 1e-6 relative.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
 
 #include <functional>
 #include <string>
@@ -335,6 +338,133 @@ TEST(ReshardAfterForward, SwitchesBetweenSteps) {
       global_count_loss(reference->forward(data.x[step]), data.y[step]).backward();
       expect_grads_match(*model, *reference, as_is, where);
     }
+  });
+}
+
+// ---------------------------------------------------------------------------
+
+class UnshardReshard : public ::testing::TestWithParam<Layout> {};
+
+// The first forward also agrees on the execution order with a small
+// all-gather per unit (see [Note: execution order validation]); run it
+// before counting gathers.
+template <typename Model>
+void warm_up(Model& model, const Data& data) {
+  at::NoGradGuard no_grad;
+  model->forward(data.x[0]);
+}
+
+ProcessGroup& shard_group(const FullyShardOptions& options, RankContext& ctx) {
+  return options.mesh() ? *options.mesh()->shard : *ctx.group;
+}
+
+// A generation loop: unshard the whole model once, run forwards without grad
+// (no gathers, one-process outputs), reshard (nothing left gathered), then
+// train as usual.
+TEST_P(UnshardReshard, HeldForwardsGatherNothingAndTrainingFollows) {
+  const Layout layout = GetParam();
+  const Data data = make_data();
+  const Mlp initial = make_initial();
+  Mlp reference = reference_after(initial, data, 1);
+  run_ranks(layout.world_size, [&](RankContext& ctx) {
+    Mlp local = local_copy(initial);
+    const FullyShardOptions options = options_for(layout, ctx);
+    auto model = fully_shard(local, options);
+    ProcessGroup& shards = shard_group(options, ctx);
+    warm_up(model, data);
+    const CommCounters before_unshard = shards.counters();
+    model->unshard(/*async_op=*/false, /*recurse=*/true);
+    EXPECT_EQ((shards.counters() - before_unshard).all_gather, 3) << rank_str(ctx);
+    EXPECT_EQ(memory_stats(*model).gathered_units, 3) << rank_str(ctx);
+    const CommCounters before_forwards = shards.counters();
+    for (int m = 0; m < kMicro; ++m) {
+      at::NoGradGuard no_grad;
+      const at::Tensor expected = reference->forward(data.x[m]);
+      const double diff = (model->forward(data.x[m]) - expected).abs().max().item<double>();
+      EXPECT_LE(diff, kRtol * expected.abs().max().item<double>())
+          << rank_str(ctx) << " forward " << m;
+    }
+    EXPECT_EQ((shards.counters() - before_forwards).all_gather, 0) << rank_str(ctx);
+    model->reshard(/*recurse=*/true);
+    EXPECT_EQ(memory_stats(*model).gathered_param_bytes, 0) << rank_str(ctx);
+    at::Tensor x = local_rows(data.x[0], ctx.rank, ctx.world_size);
+    at::Tensor y = local_rows(data.y[0], ctx.rank, ctx.world_size);
+    (global_count_loss(model->forward(x), y) * ctx.world_size).backward();
+    expect_grads_match(*model, *reference, as_is, rank_str(ctx));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, UnshardReshard,
+                         ::testing::Values(Layout{ShardingStrategy::kFullShard, 3},
+                                           Layout{ShardingStrategy::kShardGradOp, 2},
+                                           Layout{ShardingStrategy::kHybridShard, 4}),
+                         layout_name);
+
+// unshard() on one nested unit holds that unit only; async_op returns before
+// the gather is waited for, and a forward waits for it.
+TEST(UnshardOneUnit, NotRecursiveByDefaultAndAsyncWaitsInForward) {
+  const Data data = make_data();
+  const Mlp initial = make_initial();
+  Mlp reference = reference_after(initial, data, 0);
+  run_ranks(2, [&](RankContext& ctx) {
+    Mlp local = local_copy(initial);
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
+    warm_up(model, data);
+    UnshardHandle handle = nested_unit(local, 2).unshard(/*async_op=*/true);
+    at::NoGradGuard no_grad;
+    const at::Tensor expected = reference->forward(data.x[0]);
+    for (int call = 0; call < 2; ++call) {
+      const CommCounters before = ctx.group->counters();
+      const at::Tensor out = model->forward(data.x[0]);
+      EXPECT_LE((out - expected).abs().max().item<double>(),
+                kRtol * expected.abs().max().item<double>())
+          << rank_str(ctx);
+      // The root and the other Linear unit gather on every call.
+      EXPECT_EQ((ctx.group->counters() - before).all_gather, 2) << rank_str(ctx);
+      EXPECT_EQ(memory_stats(*model).gathered_units, 1) << rank_str(ctx);
+    }
+    handle.wait();  // already finished by the forward: a no-op
+    nested_unit(local, 2).reshard();
+    EXPECT_EQ(memory_stats(*model).gathered_units, 0) << rank_str(ctx);
+  });
+}
+
+// What the hold cannot allow is refused, naming reshard(); after a refused
+// training forward the hold still serves forwards without grad.
+TEST(UnshardErrors, NamesTheFix) {
+  run_ranks(2, [](RankContext& ctx) {
+    Mlp unsharded(4, 5, 2, true);
+    EXPECT_THROWS_WITH(nested_unit(unsharded, 0).unshard(),
+                       "fsdp: unshard needs a unit sharded by fully_shard");
+    Mlp local(4, 5, 2, true);
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
+    const at::Tensor x = at::randn({2, 4});
+    at::Tensor pending = model->forward(x);
+    EXPECT_THROWS_WITH(model->unshard(),
+                       "fsdp: unshard() of unit '<root>' was called after a "
+                       "forward whose backward has not run");
+    pending.sum().backward();
+    model->unshard(false, /*recurse=*/true);
+    EXPECT_THROWS_WITH(model->forward(x),
+                       "fsdp: forward of unit '<root>' ran with grad enabled "
+                       "while unshard() holds it gathered; call reshard()");
+    {
+      at::NoGradGuard no_grad;
+      const CommCounters before = ctx.group->counters();
+      model->forward(x);
+      EXPECT_EQ((ctx.group->counters() - before).all_gather, 0) << rank_str(ctx);
+    }
+    EXPECT_THROWS_WITH((void)SummonFullParams(*model),
+                       "fsdp: unit '<root>' is held gathered by "
+                       "unshard(); call reshard() before SummonFullParams");
+    torch::optim::SGD sgd(model->parameters(), 0.1);
+    sgd.step();  // steps the shards under the held copies
+    at::NoGradGuard no_grad;
+    EXPECT_THROWS_WITH(model->forward(x),
+                       "fsdp: the parameters of unit '<root>' changed after "
+                       "unshard() (an optimizer step or a checkpoint load?)");
+    model->reshard(/*recurse=*/true);
+    model->forward(x);  // gathers the stepped shards
   });
 }
 

@@ -37,6 +37,17 @@ class UnitModuleAccess;
 // See UnitModule::set_all_reduce_hook.
 using AllReduceHook = std::function<void(const at::Tensor& reduced_grad_shard)>;
 
+// What UnitModule::unshard(/*async_op=*/true) returns. wait() finishes the
+// gathers it started; a unit's next forward waits for its own anyway.
+class UnshardHandle {
+ public:
+  void wait();
+
+ private:
+  friend class UnitModule;
+  std::vector<std::weak_ptr<detail::UnitState>> units_;
+};
+
 // The non-template part of every Sharded<M>.
 class UnitModule : public ModuleWrapper {
  public:
@@ -84,6 +95,19 @@ class UnitModule : public ModuleWrapper {
   // all-reduce across replicas; it may change the tensor in place. An empty
   // function removes it.
   void set_all_reduce_hook(AllReduceHook hook, bool recurse = true);
+  // Gathers the unit's parameters and keeps them gathered until reshard():
+  // the forwards in between gather and free nothing (FSDP2's unshard(), for
+  // generation loops: unshard once, decode many tokens, reshard). Only
+  // forwards without grad may run while held, and the shards must not change
+  // (optimizer steps, checkpoint loads): each forward checks, and says to
+  // reshard() first. Collective over the unit's shard group: every rank
+  // makes the same calls. With `async_op`, the gathers are started and the
+  // handle's wait() (or the next forward) finishes them. Not recursive unless
+  // asked, as in FSDP2. See [Note: holding a unit unsharded] in
+  // src/unit_state.cpp.
+  UnshardHandle unshard(bool async_op = false, bool recurse = false);
+  // Frees what unshard() gathered; a no-op on a unit that is not held.
+  void reshard(bool recurse = false);
   // Checks on every step (not only the first) that all ranks run the units
   // in the same order, naming the first differing unit on each rank. Costs
   // one tiny all-gather per unit forward. FSDP_DEBUG=1 in the environment at

@@ -27,6 +27,13 @@ std::string timestamp_name() {
   return buffer;
 }
 
+// One indented line per rejected checkpoint, each after a line break.
+std::string rejected_lines(const std::vector<std::string>& rejected) {
+  std::string lines;
+  for (const auto& r : rejected) lines += "\n  " + r;
+  return lines;
+}
+
 }  // namespace
 
 std::string check_run_dir(const std::string& dir) {
@@ -151,13 +158,11 @@ ResumeChoice resolve_resume_dir(const std::string& path) {
   if (fsdp::ckpt::is_checkpoint_dir(path)) return {path, {}};
   const fsdp::ckpt::LatestCheckpoint latest = fsdp::ckpt::latest_verified_checkpoint(path);
   if (latest.chosen) return {latest.chosen->dir, latest.rejected};
-  std::string why;
-  for (const auto& r : latest.rejected) why += "\n  " + r;
   throw std::runtime_error(fmt::format(
       "--resume '{}' holds no checkpoint that verifies (looked for index.json in it, in its "
       "checkpoint/ and in its checkpoints/step-*/){}{}. Pass a checkpoint directory, or start "
       "a fresh run",
-      path, latest.rejected.empty() ? "" : "; rejected:", why));
+      path, latest.rejected.empty() ? "" : "; rejected:", rejected_lines(latest.rejected)));
 }
 
 std::optional<ResumeChoice> resolve_auto_resume(const std::string& run_dir) {
@@ -173,13 +178,11 @@ std::optional<ResumeChoice> resolve_auto_resume(const std::string& run_dir) {
   }
   const fsdp::ckpt::LatestCheckpoint latest = fsdp::ckpt::latest_verified_checkpoint(run_dir);
   if (latest.chosen) return ResumeChoice{latest.chosen->dir, latest.rejected};
-  std::string why;
-  for (const auto& r : latest.rejected) why += "\n  " + r;
   throw std::runtime_error(fmt::format(
       "--resume auto: run dir '{}' holds checkpoints but none verifies; rejected:{}\nMove "
       "them out of the run dir to start afresh there, or pass --resume with a checkpoint "
       "directory",
-      run_dir, why));
+      run_dir, rejected_lines(latest.rejected)));
 }
 
 void fail_together(fsdp::ProcessGroup& world, const std::string& my_error) {

@@ -229,8 +229,8 @@ void fully_shard(UnitModule& root, const FullyShardOptions& user_options) {
 
 NoSyncGuard::NoSyncGuard(UnitModule& unit) : unit_(unit) {
   for (detail::UnitState* state : detail::units_within(unit, /*recurse=*/true, "NoSyncGuard")) {
-    previous_.push_back(state->requires_grad_sync());
-    state->set_requires_grad_sync(false);
+    previous_.push_back(state->switches().requires_grad_sync);
+    state->switches().requires_grad_sync = false;
   }
 }
 
@@ -238,7 +238,7 @@ NoSyncGuard::~NoSyncGuard() {
   // The same units, in the same order: a model's units do not change.
   const auto states = detail::units_within(unit_, /*recurse=*/true, "NoSyncGuard");
   for (size_t i = 0; i < states.size() && i < previous_.size(); ++i) {
-    states[i]->set_requires_grad_sync(previous_[i]);
+    states[i]->switches().requires_grad_sync = previous_[i];
   }
 }
 

@@ -82,7 +82,7 @@ MemoryStats memory_stats(const UnitModule& root) {
     stats.sharded_grad_bytes += unit->grads().sharded_grad_bytes();
     stats.unsharded_param_bytes += group_bytes.full_params;
     const int64_t gathered = group.is_aliased() ? group_bytes.sharded : group_bytes.gathered;
-    if (unit->is_root()) {
+    if (unit->config().is_root) {
       stats.root_unit_bytes = gathered;
     } else {
       stats.largest_unit_bytes = std::max(stats.largest_unit_bytes, gathered);

@@ -90,7 +90,7 @@ void RootState::prefetch_after(UnitState& unit, bool forward) {
     }
     return;
   }
-  if (!forward && unit.is_root() && !forward_order_.empty()) {
+  if (!forward && unit.config().is_root && !forward_order_.empty()) {
     // The root's forward encloses all others, so its backward starts first
     // and the unit that ran last comes next.
     try_prefetch(*forward_order_.back());
@@ -111,7 +111,7 @@ void RootState::prefetch_after(UnitState& unit, bool forward) {
 }
 
 bool RootState::try_prefetch(UnitState& unit) {
-  if (unit.is_root()) return true;
+  if (unit.config().is_root) return true;
   FlatParamGroup& params = unit.params();
   if (params.holds_gathered_buffer() || params.is_aliased()) return true;
   const bool root_alive = root_unit().params().holds_gathered_buffer();

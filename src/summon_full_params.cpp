@@ -61,7 +61,7 @@ SummonFullParams::SummonFullParams(UnitModule& module, SummonFullParamsOptions o
     TORCH_CHECK(!unit->awaiting_backward(), "fsdp: SummonFullParams was created after a forward "
                 "whose backward has not run (unit '", detail::display_name(unit->name()), "'); call backward "
                 "first, or run evaluation forwards under at::NoGradGuard");
-    TORCH_CHECK(!unit->held_unsharded(), "fsdp: unit '", detail::display_name(unit->name()),
+    TORCH_CHECK(!unit->gathered_copy().held(), "fsdp: unit '", detail::display_name(unit->name()),
                 "' is held gathered by unshard(); call reshard() before SummonFullParams");
     TORCH_CHECK(unit->state() == detail::TrainingState::kIdle, "fsdp: unit '",
                 detail::display_name(unit->name()), "' is in state ", detail::to_string(unit->state()),
@@ -70,7 +70,9 @@ SummonFullParams::SummonFullParams(UnitModule& module, SummonFullParamsOptions o
   const bool keep_full = !options.rank0_only() || root.world().rank() == 0;
   for (detail::UnitState* unit : units) {
     auto& group = unit->params();
-    group.reshard();  // nothing is gathered between steps; be sure
+    // Drop a copy kept after backward: the writeback would bypass its snapshot.
+    unit->gathered_copy().drop_kept();
+    group.reshard();                             // nothing else is gathered between steps; be sure
     at::Tensor full = group.gather_full_flat();  // every rank takes part
     Entry entry{unit, at::Tensor(), 0};
     if (keep_full) {

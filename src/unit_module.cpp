@@ -50,7 +50,7 @@ void UnitModule::set_backward_prefetch(const std::vector<UnitModule*>& units) {
 void UnitModule::set_requires_gradient_sync(bool requires_sync, bool recurse) {
   for (detail::UnitState* unit :
        detail::units_within(*this, recurse, "set_requires_gradient_sync")) {
-    unit->set_requires_grad_sync(requires_sync);
+    unit->switches().requires_grad_sync = requires_sync;
   }
 }
 
@@ -75,6 +75,13 @@ void UnitModule::reshard(bool recurse) {
   for (detail::UnitState* unit : detail::units_within(*this, recurse, "reshard")) unit->end_hold();
 }
 
+void UnitModule::set_reshard_after_backward(bool reshard, bool recurse) {
+  for (detail::UnitState* unit :
+       detail::units_within(*this, recurse, "set_reshard_after_backward")) {
+    unit->switches().reshard_after_backward = reshard;
+  }
+}
+
 void UnitModule::set_requires_all_reduce(bool requires_all_reduce, bool recurse) {
   for (detail::UnitState* unit : detail::units_within(*this, recurse, "set_requires_all_reduce")) {
     unit->grads().settings().requires_all_reduce = requires_all_reduce;
@@ -84,7 +91,7 @@ void UnitModule::set_requires_all_reduce(bool requires_all_reduce, bool recurse)
 void UnitModule::set_reshard_after_forward(bool reshard, bool recurse) {
   for (detail::UnitState* unit :
        detail::units_within(*this, recurse, "set_reshard_after_forward")) {
-    unit->set_reshard_after_forward(reshard);
+    unit->switches().reshard_after_forward = reshard;
   }
 }
 

@@ -18,13 +18,6 @@ void cast_floating(TensorRefs& tensors, at::ScalarType dtype) {
   }
 }
 
-std::vector<uint32_t> versions_of(const std::vector<at::Tensor>& params) {
-  std::vector<uint32_t> versions;
-  versions.reserve(params.size());
-  for (const auto& p : params) versions.push_back(static_cast<uint32_t>(p._version()));
-  return versions;
-}
-
 }  // namespace
 
 UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params,
@@ -33,7 +26,9 @@ UnitState::UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params,
       params_(std::move(params)),
       grads_(std::make_unique<FlatParamGrads>(*params_)),
       root_(std::move(root)),
-      reshard_after_forward_(params_->plan().reshards_after_forward) {}
+      gathered_copy_(*params_) {
+  switches_.reshard_after_forward = params_->plan().reshards_after_forward;
+}
 
 RootState& UnitState::root() {
   // The root module keeps the state alive; a lock only proves it still does.
@@ -64,10 +59,11 @@ void UnitState::pre_forward(TensorRefs& inputs) {
   TORCH_CHECK(state_ != TrainingState::kSummonFullParams, "fsdp: forward of unit '", name,
               "' was called inside summon_full_params; run forward after the "
               "fsdp::SummonFullParams guard is gone");
-  if (held_unsharded_) check_hold_still_valid();
+  if (gathered_copy_.held()) gathered_copy_.check_held_usable(name);
   TORCH_CHECK(state_ == TrainingState::kIdle, "fsdp: forward of unit '", name,
               "' was called while the unit is in state ", to_string(state_),
               "; a unit cannot run inside its own forward");
+  gathered_copy_.drop_kept_if_stale();
   if (config_.is_root) {
     // Chunks kept by an earlier forward's post-forward reshard may be stale
     // (the optimizer steps the shards); see [Note: resharding to a smaller group].
@@ -127,12 +123,12 @@ void UnitState::post_forward(TensorRefs& outputs) {
     }
   }
   state_ = TrainingState::kIdle;
-  const bool reshard = !grad_enabled || (!keep_gathered && reshard_after_forward_);
+  const bool reshard = !grad_enabled || (!keep_gathered && switches_.reshard_after_forward);
   if (reshard) {
     if (grad_enabled) {
       params_->reshard_after_forward();
     } else {
-      release_params();
+      gathered_copy_.release();
     }
   } else if (!keep_gathered) {
     params_->park_params_on_shards();
@@ -202,7 +198,7 @@ void UnitState::reduce_and_reshard() {
   // leaves nothing to do: it keeps full gradients, as without sync. See
   // [Note: holding back the all-reduce].
   const bool reduces_now =
-      requires_grad_sync_ && !(params_->is_aliased() && grads_->holds_back_all_reduce());
+      switches_.requires_grad_sync && !(params_->is_aliased() && grads_->holds_back_all_reduce());
   if (trainable && params_->plan().reduces_grads) {
     if (reduces_now) {
       root().reductions().issue(*grads_);
@@ -210,7 +206,7 @@ void UnitState::reduce_and_reshard() {
       grads_->keep_unsharded_grads();
     }
   }
-  release_params();
+  release_params_after_backward();
   state_ = TrainingState::kPostBackward;
 }
 
@@ -225,7 +221,7 @@ void UnitState::finish_backward_step() {
     } else {
       // Forward ran, but backward never reached this unit (its outputs did
       // not feed the loss): just free.
-      release_params();
+      gathered_copy_.release();
     }
   }
   unhooked_backward_ = false;
@@ -256,7 +252,7 @@ void UnitState::end_backward() {
 // error names the operation and the peer.
 void UnitState::abort_forward() {
   if (state_ == TrainingState::kForward) state_ = TrainingState::kIdle;
-  release_params();  // reshard() waits for a gather in flight first
+  gathered_copy_.release();  // reshard() waits for a gather in flight first
   if (config_.is_root) root().reset_after_failure();
 }
 
@@ -266,7 +262,7 @@ void UnitState::forward_abandoned() noexcept {
   const std::shared_ptr<RootState> root = root_.lock();
   if (root && root->in_backward()) return;  // the final callback finishes the step
   try {
-    release_params();  // a unit kept gathered for a backward that will not come
+    gathered_copy_.release();  // a unit kept gathered for a backward that will not come
   } catch (...) {
     // Only a gather in flight can fail here, and it is not this unit's; the
     // next collective reports the cause.
@@ -283,7 +279,7 @@ void UnitState::abort_forward_quietly() noexcept {
 }
 
 void UnitState::reset_after_failure() {
-  release_params();
+  gathered_copy_.release();
   grads_->abandon_step();
   if (state_ != TrainingState::kSummonFullParams) state_ = TrainingState::kIdle;
   pending_backwards_ = 0;
@@ -291,33 +287,14 @@ void UnitState::reset_after_failure() {
   ran_on_its_own_ = false;
 }
 
-void UnitState::release_params() {
-  if (held_unsharded_) {
-    params_->park_params_on_shards();
+void UnitState::release_params_after_backward() {
+  if (switches_.reshard_after_backward || gathered_copy_.held() || params_->is_aliased()) {
+    gathered_copy_.release();
   } else {
-    params_->reshard();
+    gathered_copy_.keep();
   }
 }
 
-// [Note: holding a unit unsharded]
-// FSDP2's FSDPModule.unshard() and reshard(), for loops that run many
-// forwards on the same parameters (generation: decode token after token,
-// then train). unshard() gathers the unit once; until reshard(), its
-// forwards gather nothing and free nothing. Between forwards the parameters
-// are parked on their shards (FlatParamGroup::park_params_on_shards), so the
-// model looks as it does at rest to the optimizer, state dicts and
-// checkpoints; a forward points them back at the gathered buffer.
-// The gathered copy is only right while the shards do not change, so:
-//  - only forwards without grad run while held; a training forward is
-//    refused, naming reshard(): backward would reduce gradients, and the
-//    optimizer step after it would leave the copy stale;
-//  - each forward checks that the shards are as unshard() found them
-//    (version counters, and on the CPU a sample sum, as [Note: optimizer step
-//    before backward] does), so a step or a checkpoint load while held is an
-//    error, not a forward on stale parameters;
-//  - a failed forward keeps the hold (the buffer is parked, not freed).
-// SummonFullParams refuses a held unit. Every rank must unshard and reshard
-// the same units, since unshard() gathers.
 void UnitState::hold_unsharded() {
   RootState& root = this->root();
   root.recover_from_failed_step();
@@ -330,45 +307,18 @@ void UnitState::hold_unsharded() {
   TORCH_CHECK(!awaiting_backward(), "fsdp: unshard() of unit '", name,
               "' was called after a forward whose backward has not run; call backward first, "
               "or run that forward under at::NoGradGuard");
-  if (held_unsharded_) return;
-  params_->discard_post_forward_shard();
-  held_versions_ = versions_of(params_->params());
-  held_checksum_ = c10::nullopt;
-  if (!params_->is_aliased() && !params_->sharded_flat().is_cuda()) {
-    held_checksum_ = params_->shard_checksum(/*full=*/false);
-  }
-  held_unsharded_ = true;
-  params_->unshard_async();
+  gathered_copy_.hold();
 }
 
 void UnitState::finish_unshard() {
-  if (!held_unsharded_ || state_ != TrainingState::kIdle) return;
-  params_->wait_unshard();
-  params_->park_params_on_shards();
+  if (state_ == TrainingState::kIdle) gathered_copy_.finish_hold();
 }
 
 void UnitState::end_hold() {
   TORCH_CHECK(state_ == TrainingState::kIdle && !root().root_forward_active(),
               "fsdp: reshard() of unit '", display_name(config_.name),
               "' was called inside forward, backward or summon_full_params; call it between steps");
-  if (!held_unsharded_) return;
-  held_unsharded_ = false;
-  held_versions_.clear();
-  held_checksum_ = c10::nullopt;
-  params_->reshard();
-}
-
-void UnitState::check_hold_still_valid() {
-  const std::string& name = display_name(config_.name);
-  TORCH_CHECK(!at::GradMode::is_enabled(), "fsdp: forward of unit '", name,
-              "' ran with grad enabled while unshard() holds it gathered; call reshard() before "
-              "a training step, or run the forward under at::NoGradGuard");
-  const bool unchanged = versions_of(params_->params()) == held_versions_ &&
-                         (!held_checksum_ || params_->shard_checksum(false) == *held_checksum_);
-  TORCH_CHECK(unchanged, "fsdp: the parameters of unit '", name,
-              "' changed after unshard() (an optimizer step or a checkpoint load?), so its "
-              "gathered copy is stale; call reshard() before changing them, and unshard() again "
-              "after");
+  gathered_copy_.end();
 }
 
 }  // namespace fsdp::detail

@@ -23,6 +23,7 @@
 #include "flat_param_grads.h"
 #include "flat_param_group.h"
 #include "fsdp/tensor_walk.h"
+#include "gathered_copy.h"
 #include "training_state.h"
 
 namespace fsdp::detail {
@@ -51,15 +52,21 @@ struct UnitConfig {
 // FSDP2 lets a training loop change, between steps, how each module takes
 // part in the next ones: gradient sync (set_requires_gradient_sync),
 // the all-reduce across replicas (set_requires_all_reduce), resharding
-// after forward, and how gradients are scaled and handed over
-// (set_gradient_divide_factor, set_all_reduce_hook). Each is a fact about
-// one unit, so each lives with the unit: what the lifecycle reads (sync,
-// reshard after forward) on UnitState, what the reduction reads on its
-// FlatParamGrads' GradReductionSettings. UnitModule's setters apply them to
-// a unit and, by default, to every unit inside it; fully_shard's options
-// only seed them (UnitPlan::reshards_after_forward is the seed of
-// reshard_after_forward_). A unit whose sync is off keeps full gradients
-// while the others reduce theirs: each unit's gradient state is its own.
+// after forward and after backward, and how gradients are scaled and handed
+// over (set_gradient_divide_factor, set_all_reduce_hook). Each is a fact
+// about one unit, so each lives with the unit: what the lifecycle reads on
+// UnitState's UnitSwitches, what the reduction reads on its FlatParamGrads'
+// GradReductionSettings. UnitModule's setters apply them to a unit and, by
+// default, to every unit inside it; fully_shard's options only seed them
+// (UnitPlan::reshards_after_forward is the seed of reshard_after_forward).
+// A unit whose sync is off keeps full gradients while the others reduce
+// theirs: each unit's gradient state is its own.
+struct UnitSwitches {
+  bool requires_grad_sync = true;
+  bool reshard_after_forward = true;
+  bool reshard_after_backward = true;  // see [Note: keeping the parameters gathered after backward]
+};
+
 class UnitState : public std::enable_shared_from_this<UnitState> {
  public:
   UnitState(UnitConfig config, std::unique_ptr<FlatParamGroup> params,
@@ -85,14 +92,13 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   // An exception ended the step: back to kIdle with parameters and
   // gradients sharded, no collective in flight.
   void reset_after_failure();
-  // UnitModule::unshard / reshard; see [Note: holding a unit unsharded].
+  // UnitModule::unshard / UnshardHandle::wait / reshard, checked against
+  // the training state; see GatheredCopy.
   void hold_unsharded();
   void finish_unshard();
   void end_hold();
-  bool held_unsharded() const { return held_unsharded_; }
 
   const std::string& name() const { return config_.name; }
-  bool is_root() const { return config_.is_root; }
   TrainingState state() const { return state_; }
   // fsdp::SummonFullParams moves idle units in and out of kSummonFullParams.
   void set_summoned(bool on) {
@@ -101,13 +107,9 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   // Forward ran with grad and its backward has not finished yet.
   bool awaiting_backward() const { return pending_backwards_ > 0 || unhooked_backward_; }
   FlatParamGroup& params() { return *params_; }
-  const FlatParamGroup& params() const { return *params_; }
   FlatParamGrads& grads() { return *grads_; }
-  const FlatParamGrads& grads() const { return *grads_; }
-  // The runtime switches; see [Note: runtime switches].
-  void set_requires_grad_sync(bool on) { requires_grad_sync_ = on; }
-  bool requires_grad_sync() const { return requires_grad_sync_; }
-  void set_reshard_after_forward(bool on) { reshard_after_forward_ = on; }
+  UnitSwitches& switches() { return switches_; }
+  GatheredCopy& gathered_copy() { return gathered_copy_; }
   // Throws when the root module is gone; see [Note: a unit outliving its root].
   RootState& root();
   const UnitConfig& config() const { return config_; }
@@ -117,9 +119,9 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   void check_params_unmodified() const;
   void attach_post_backward(TensorRefs& inputs);
   void attach_pre_backward(TensorRefs& outputs);
-  // Frees the gathered parameters, or parks them while the unit is held.
-  void release_params();
-  void check_hold_still_valid();
+  // After the unit's backward: free the gathered parameters, or keep them
+  // for the next forward (set_reshard_after_backward(false)).
+  void release_params_after_backward();
 
   UnitConfig config_;
   std::unique_ptr<FlatParamGroup> params_;
@@ -136,11 +138,8 @@ class UnitState : public std::enable_shared_from_this<UnitState> {
   std::vector<uint32_t> param_versions_;  // at post-forward, to catch in-place edits
   c10::optional<double> shard_checksum_;  // at post-forward; see [Note: optimizer step before backward]
   bool checksum_full_ = false;            // whole shard or a sample
-  bool requires_grad_sync_ = true;
-  bool reshard_after_forward_;  // seeded from the plan
-  bool held_unsharded_ = false;
-  std::vector<uint32_t> held_versions_;  // at unshard(), to catch shard edits while held
-  c10::optional<double> held_checksum_;  // likewise, for edits through .data()
+  UnitSwitches switches_;
+  GatheredCopy gathered_copy_;  // of *params_
 };
 
 }  // namespace fsdp::detail

@@ -119,6 +119,11 @@ std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
 
 void PrintTo(const Layout& layout, std::ostream* os) { *os << layout_name({layout, 0}); }
 
+// A sharded, a ZeRO-2 and a hybrid case.
+const auto kShardingLayouts = ::testing::Values(Layout{ShardingStrategy::kFullShard, 3},
+                                                Layout{ShardingStrategy::kShardGradOp, 2},
+                                                Layout{ShardingStrategy::kHybridShard, 4});
+
 bool is_hybrid(ShardingStrategy strategy) {
   return strategy == ShardingStrategy::kHybridShard ||
          strategy == ShardingStrategy::kHybridShardZero2;
@@ -153,11 +158,7 @@ TEST_P(GradientDivideFactor, OneSumsAcrossRanks) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, GradientDivideFactor,
-                         ::testing::Values(Layout{ShardingStrategy::kFullShard, 3},
-                                           Layout{ShardingStrategy::kShardGradOp, 2},
-                                           Layout{ShardingStrategy::kHybridShard, 4}),
-                         layout_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, GradientDivideFactor, kShardingLayouts, layout_name);
 
 TEST(GradientDivideFactorErrors, NamesTheValueAndTheFix) {
   run_ranks(2, [](RankContext& ctx) {
@@ -394,11 +395,7 @@ TEST_P(UnshardReshard, HeldForwardsGatherNothingAndTrainingFollows) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, UnshardReshard,
-                         ::testing::Values(Layout{ShardingStrategy::kFullShard, 3},
-                                           Layout{ShardingStrategy::kShardGradOp, 2},
-                                           Layout{ShardingStrategy::kHybridShard, 4}),
-                         layout_name);
+INSTANTIATE_TEST_SUITE_P(Strategies, UnshardReshard, kShardingLayouts, layout_name);
 
 // unshard() on one nested unit holds that unit only; async_op returns before
 // the gather is waited for, and a forward waits for it.
@@ -465,6 +462,72 @@ TEST(UnshardErrors, NamesTheFix) {
                        "unshard() (an optimizer step or a checkpoint load?)");
     model->reshard(/*recurse=*/true);
     model->forward(x);  // gathers the stepped shards
+  });
+}
+
+// ---------------------------------------------------------------------------
+
+class ReshardAfterBackward : public ::testing::TestWithParam<Layout> {};
+
+// Gradient accumulation with set_reshard_after_backward(false) on all
+// micro-batches but the last: each later forward reuses the copy the last
+// backward kept (no gathers), the last backward frees everything, and the
+// accumulated gradients are one process's.
+TEST_P(ReshardAfterBackward, KeptCopyServesTheNextMicroBatch) {
+  const Layout layout = GetParam();
+  const Data data = make_data();
+  const Mlp initial = make_initial();
+  Mlp reference = reference_after(initial, data, kMicro);
+  run_ranks(layout.world_size, [&](RankContext& ctx) {
+    Mlp local = local_copy(initial);
+    const FullyShardOptions options = options_for(layout, ctx);
+    auto model = fully_shard(local, options);
+    ProcessGroup& shards = shard_group(options, ctx);
+    warm_up(model, data);
+    for (int m = 0; m < kMicro; ++m) {
+      const bool last = m == kMicro - 1;
+      model->set_requires_gradient_sync(last);
+      model->set_reshard_after_backward(last);
+      at::Tensor x = local_rows(data.x[m], ctx.rank, ctx.world_size);
+      at::Tensor y = local_rows(data.y[m], ctx.rank, ctx.world_size);
+      const CommCounters before_forward = shards.counters();
+      at::Tensor loss = global_count_loss(model->forward(x), y) * ctx.world_size / kMicro;
+      const int64_t forward_gathers = (shards.counters() - before_forward).all_gather;
+      EXPECT_EQ(forward_gathers, m == 0 ? 3 : 0) << rank_str(ctx) << " micro-batch " << m;
+      loss.backward();
+      EXPECT_EQ(memory_stats(*model).gathered_units, last ? 0 : 3) << rank_str(ctx);
+    }
+    expect_grads_match(*model, *reference, as_is, rank_str(ctx));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, ReshardAfterBackward, kShardingLayouts, layout_name);
+
+// A kept copy is only reused while the shards are the ones it was gathered
+// from: after an optimizer step the next forward gathers afresh, and gives
+// what a forward after an explicit reshard() gives. reshard() frees it.
+TEST(ReshardAfterBackwardStale, AStepMakesTheNextForwardGather) {
+  const Data data = make_data();
+  const Mlp initial = make_initial();
+  run_ranks(2, [&](RankContext& ctx) {
+    Mlp local = local_copy(initial);
+    auto model = fully_shard(local, FullyShardOptions(ctx.group));
+    warm_up(model, data);
+    model->set_reshard_after_backward(false);
+    const at::Tensor x = local_rows(data.x[0], ctx.rank, ctx.world_size);
+    model->forward(x).pow(2).sum().backward();
+    EXPECT_EQ(memory_stats(*model).gathered_units, 3) << rank_str(ctx);
+    model->reshard(/*recurse=*/true);
+    EXPECT_EQ(memory_stats(*model).gathered_param_bytes, 0) << rank_str(ctx);
+    model->forward(x).pow(2).sum().backward();
+    torch::optim::SGD sgd(model->parameters(), 0.1);
+    sgd.step();
+    at::NoGradGuard no_grad;
+    const CommCounters before = ctx.group->counters();
+    const at::Tensor after_step = model->forward(x);
+    EXPECT_EQ((ctx.group->counters() - before).all_gather, 3) << rank_str(ctx);
+    model->reshard(/*recurse=*/true);
+    EXPECT_TRUE(at::equal(after_step, model->forward(x))) << rank_str(ctx);
   });
 }
 

@@ -86,6 +86,14 @@ class UnitModule : public ModuleWrapper {
   // the end of backward (false), as FullyShardOptions::reshard_after_forward
   // chose at fully_shard time.
   void set_reshard_after_forward(bool reshard, bool recurse = true);
+  // Frees the gathered parameters after backward (true, the default) or
+  // keeps them for the next forward (false), which then gathers nothing:
+  // for gradient accumulation, at the memory of the gathered units in
+  // between. A forward after the shards changed (an optimizer step, a load)
+  // gathers afresh; reshard() frees what is kept. As FSDP2's
+  // set_reshard_after_backward. See [Note: keeping the parameters gathered
+  // after backward] in src/unit_state.cpp.
+  void set_reshard_after_backward(bool reshard, bool recurse = true);
   // The reduction divides the summed gradient by `factor` instead of by the
   // number of ranks it was summed over (for example 1.0 to sum, when the loss
   // is already normalized by the global token count). factor > 0.
@@ -106,7 +114,8 @@ class UnitModule : public ModuleWrapper {
   // asked, as in FSDP2. See [Note: holding a unit unsharded] in
   // src/unit_state.cpp.
   UnshardHandle unshard(bool async_op = false, bool recurse = false);
-  // Frees what unshard() gathered; a no-op on a unit that is not held.
+  // Frees what unshard() gathered, or what set_reshard_after_backward(false)
+  // kept; a no-op on a unit that holds neither.
   void reshard(bool recurse = false);
   // Checks on every step (not only the first) that all ranks run the units
   // in the same order, naming the first differing unit on each rank. Costs

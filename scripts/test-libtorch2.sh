@@ -4,10 +4,12 @@
 # and runs the whole CTest suite there, as `make test` does against the
 # host's 1.13. The build goes to build-libtorch2/ (FSDP_LIBTORCH2_BUILD), its
 # ccache to a directory outside the tree, so a second run is fast.
+# FSDP_LIBTORCH2_CMAKE_FLAGS adds CMake flags (CI: -DFSDP_WERROR=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=${FSDP_LIBTORCH2_BUILD:-build-libtorch2}
+cmake_flags=${FSDP_LIBTORCH2_CMAKE_FLAGS:-}
 jobs=${JOBS:-2}
 start=$(date +%s)
 
@@ -15,7 +17,7 @@ status=0
 scripts/libtorch2-root.sh bash -c "
   set -e
   cd /src
-  cmake -S . -B '$build' >/dev/null
+  cmake -S . -B '$build' $cmake_flags >/dev/null
   cmake --build '$build' -j $jobs
   echo \"test-libtorch2: built in \$((\$(date +%s) - $start)) s; running the suite\"
   cd '$build'

@@ -228,10 +228,10 @@ void drop_optimizer_state_record(const std::string& dir) {
 }
 
 // Issue #35, point 3 ([Note: a strict load tells lost optimizer state from
-// none]): every optimizer entry of one parameter removed, step included,
-// used to look like a parameter that never had state and load silently. The
-// index records which parameters had state, so a strict load refuses it;
-// a checkpoint without that record loads as before.
+// none]): with every optimizer entry of one parameter removed, step
+// included, the parameter would look as if it never had state. The index
+// records which parameters had state, so a strict load refuses it; a
+// checkpoint without that record loads without the check.
 TEST_F(TrainingStateTest, StrictLoadRefusesAParameterThatLostAllItsOptimizerState) {
   const std::string ckpt = (dir_ / "lost-optim").string();
   run_ranks(2, [&](RankContext& ctx) {

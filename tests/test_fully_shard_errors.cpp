@@ -170,8 +170,8 @@ TEST(OptimizerBeforeBackward, RootWithParameters) {
 
 // -- a nested unit called directly --------------------------------------------
 
-// No longer an error (FSDP2 allows it; tests/test_unit_entry_points.cpp
-// checks the values): the call leaves no state behind.
+// Allowed, as FSDP2 allows it (tests/test_unit_entry_points.cpp checks the
+// values): the call leaves no state behind.
 TEST(NestedUnitForward, OutsideTheRootLeavesNoStateBehind) {
   run_ranks(2, [](RankContext& ctx) {
     at::manual_seed(4);

@@ -83,7 +83,9 @@ std::vector<double> fsdp_losses(int world_size, const models::GPT& init, const D
         EXPECT_EQ(logits.scalar_type(), at::kBFloat16) << "compute runs in param_dtype";
         for (const auto& p : model->parameters()) {
           EXPECT_EQ(p.scalar_type(), at::kFloat) << "the optimizer must see fp32 master shards";
-          if (p.grad().defined()) EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+          if (p.grad().defined()) {
+            EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+          }
         }
       }
       opt->step();

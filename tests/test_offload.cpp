@@ -44,7 +44,9 @@ TEST(Offload, MatchesSingleProcessTrainingAtWorldSizesTwoAndThree) {
         loss.backward();
         for (const auto& p : model->parameters()) {
           EXPECT_TRUE(p.device().is_cpu());
-          if (p.grad().defined()) EXPECT_TRUE(p.grad().device().is_cpu());
+          if (p.grad().defined()) {
+            EXPECT_TRUE(p.grad().device().is_cpu());
+          }
         }
         opt->step();
         const double global = global_mean(*ctx.group, loss.item<double>());

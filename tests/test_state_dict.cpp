@@ -273,7 +273,9 @@ TEST_P(StateDictTest, FullStateDictPeakIsOneUnitPlusOutput) {
     EXPECT_EQ(stats.units_gathered, sharded_units);
     EXPECT_LE(stats.peak_extra_bytes, largest_unit + stats.output_bytes);
     EXPECT_LT(stats.peak_extra_bytes, all_units + stats.output_bytes) << "never the whole model";
-    if (ctx.rank != 0) EXPECT_EQ(stats.peak_extra_bytes, largest_unit);
+    if (ctx.rank != 0) {
+      EXPECT_EQ(stats.peak_extra_bytes, largest_unit);
+    }
     // Nothing stays gathered, and the training accounting saw no gathers.
     EXPECT_EQ(memory_stats(*model).gathered_param_bytes, 0);
 

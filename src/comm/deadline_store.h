@@ -7,10 +7,10 @@
 // answer, and in LibTorch 1.13 most calls (set, add, check, get before its
 // first wait) set no socket timeout at all. With rank 0, which serves the
 // store, stopped (SIGSTOP) between the store's connection and the world
-// group's creation, rank 1 stayed blocked in check() long after its timeout
-// (issue #35); a deadline around the rendezvous alone did not cover the
-// calls after it: the readiness exchange, Gloo's full-mesh rendezvous, the
-// member barrier, NCCL's unique id. So the job's store is wrapped once, where
+// group's creation, rank 1 would stay blocked in check() long after its
+// timeout; a deadline around the rendezvous alone does not cover the calls
+// after it: the readiness exchange, Gloo's full-mesh rendezvous, the member
+// barrier, NCCL's unique id. So the job's store is wrapped once, where
 // it is connected, and every call through it, ours or a backend's, runs on a
 // helper thread that the caller waits for at most the store's timeout (a
 // wait's own timeout, if longer) plus a second, so that TCPStore's own, more

@@ -28,8 +28,7 @@ namespace fsdp::comm {
 //      127.0.0.1;
 //   2. the IPv4 address of the interface named by GLOO_SOCKET_IFNAME, the
 //      variable torchrun users already set for this (one interface name);
-//   3. if MASTER_ADDR resolves to a loopback address, 127.0.0.1: one host,
-//      exactly as before;
+//   3. if MASTER_ADDR resolves to a loopback address, 127.0.0.1: one host;
 //   4. otherwise the source address of this host's route to MASTER_ADDR
 //      (connect() on a UDP socket sends nothing, it only picks the route;
 //      getsockname() then reads the address). Rank 0 reached the store over

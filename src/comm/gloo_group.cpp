@@ -111,7 +111,8 @@ GlooGroup::GlooGroup(c10::intrusive_ptr<c10d::Store> store, std::string key_pref
   if (size == 1) return;
   ignore_sigpipe_if_default();
   gloo_ = join_gloo_peers(rendezvous_store(), rank, size, this->options());
-  // [Note: a group is ready only when every member has joined]
+  // See [Note: a group is ready only when every member has joined] in
+  // member_barrier.h.
   wait_for_every_member(rendezvous_store(), rank, size, this->options().name,
                         this->options().timeout);
 }

@@ -85,7 +85,8 @@ void wait_until_every_rank_has_read(c10d::Store& store, const LaunchEnv& env,
 JobRendezvous::JobRendezvous(const LaunchEnv& env, const std::vector<std::string>& problems,
                              std::chrono::milliseconds timeout)
     : env_(env) {
-  // [Note: ranks stop together on a problem one of them found]
+  // See [Note: ranks stop together on a problem one of them found] in
+  // include/fsdp/comm/job_rendezvous.h.
   store_ = comm::join_rendezvous(env_, timeout);
   c10d::Store& store = *store_;
   on_store(env_, [&] { store.set(readiness_key(env_.rank), encode(problems)); });

@@ -158,7 +158,7 @@ int Trainer::run() {
   build_model();
   resume_if_asked();
   run_dir_ = agree_on_run_dir(world_, o_.run_dir);
-  // [Note: one run per run dir]
+  // See [Note: one run per run dir] in tools/run_dir_lock.h.
   fail_together(world_, rank0_ ? run_dir_lock_.acquire(run_dir_) : "");
   // Safe under the lock: no other run saves here. Partial saves of a killed
   // run can be as large as the model; nothing can resume from them.

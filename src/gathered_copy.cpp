@@ -49,7 +49,6 @@ bool GatheredCopy::current() const {
 void GatheredCopy::hold() {
   if (held_) return;
   drop_kept_if_stale();  // a current kept copy becomes the held one
-  kept_ = false;
   params_.discard_post_forward_shard();
   gathered_from_ = snapshot();
   held_ = true;

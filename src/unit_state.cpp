@@ -66,8 +66,13 @@ void UnitState::pre_forward(TensorRefs& inputs) {
   gathered_copy_.drop_kept_if_stale();
   if (config_.is_root) {
     // Chunks kept by an earlier forward's post-forward reshard may be stale
-    // (the optimizer steps the shards); see [Note: resharding to a smaller group].
-    for (const auto& unit : root.units()) unit->params().discard_post_forward_shard();
+    // (the optimizer steps the shards); see [Note: resharding to a smaller
+    // group]. Stale copies kept after backward go now, before prefetching
+    // counts them as gathered.
+    for (const auto& unit : root.units()) {
+      unit->params().discard_post_forward_shard();
+      unit->gathered_copy().drop_kept_if_stale();
+    }
     root.enter_root_forward();
   } else if (on_its_own && !awaiting_backward()) {
     params_->discard_post_forward_shard();

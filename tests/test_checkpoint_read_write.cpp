@@ -182,7 +182,8 @@ TEST(CheckpointReader, CorruptionIsNamedAndOnlyTouchedBlocksAreChecked) {
   fsdp::ckpt::save_local(dir, shard_like_fsdp(s.sharded, s.replicated, 2), options);
   Reader reader = Reader::open(dir);
   // embed.weight: rank 1's piece holds elements [204, 407). Corrupt element 204 + 40.
-  const auto& piece = piece_of(reader, "embed.weight", 1);
+  // A copy, not a reference: the reader is reopened below.
+  const fsdp::ckpt::PieceInfo piece = piece_of(reader, "embed.weight", 1);
   ASSERT_EQ(piece.flat_begin, 204);
   const std::string file = piece_file(reader, "embed.weight", 1);
   flip_byte(file, piece.byte_offset + 40 * 4 + 1);

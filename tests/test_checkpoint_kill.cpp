@@ -11,9 +11,10 @@
 #include <filesystem>
 
 #include "fsdp/checkpoint/reader.h"
-#include "harness/temp_dir.h"
+#include "fsdp/checkpoint/run_dir.h"
 #include "harness/assertions.h"
 #include "harness/multiprocess.h"
+#include "harness/temp_dir.h"
 
 namespace fs = std::filesystem;
 using fsdp::ckpt::Reader;
@@ -91,4 +92,35 @@ TEST(CheckpointKill, KilledFirstSaveIsRefusedByName) {
   const auto again = run_processes(kSaver, {dir, "8"}, 2, std::chrono::seconds(120));
   for (const auto& r : again) ASSERT_EQ(r.exit_code, 0) << outputs(again);
   expect_checkpoint_at_step(dir, 8);
+}
+
+// The same kill in an asynchronous save (fsdp::ckpt::AsyncSaver), from its
+// background thread while the main thread goes on with collectives: the
+// previous checkpoint is whole, a run dir resumes from it, and cleaning
+// the run dir at the next start leaves no partial save.
+TEST(CheckpointKill, KilledAsyncSaveLeavesThePreviousCheckpointToResumeFrom) {
+  TempDir tmp;
+  const std::string run = tmp / "run";
+  const std::string dir = run + "/checkpoint";
+  fs::create_directories(run);
+  const auto first = run_processes(kSaver, {dir, "1", "--async"}, 2, std::chrono::seconds(120));
+  for (const auto& r : first) ASSERT_EQ(r.exit_code, 0) << outputs(first);
+  expect_checkpoint_at_step(dir, 1);
+
+  const auto killed = run_processes(kSaver, {dir, "2", "--overwrite", "--async"}, 2,
+                                    std::chrono::seconds(120), {{"FSDP_TEST_KILL_RANK", "1"}});
+  ASSERT_EQ(killed[1].term_signal, SIGKILL) << outputs(killed);
+  EXPECT_NE(killed[0].exit_code, 0) << "rank 0 must fail, not hang or succeed\n" << outputs(killed);
+  EXPECT_NE(killed[1].output.find("now SIGKILLing myself"), std::string::npos) << outputs(killed);
+
+  expect_checkpoint_at_step(dir, 1);
+  const auto latest = fsdp::ckpt::latest_verified_checkpoint(run);
+  ASSERT_TRUE(latest.chosen);
+  EXPECT_EQ(latest.chosen->dir, dir);
+  EXPECT_EQ(latest.chosen->step, 1);
+  ASSERT_EQ(partial_dirs(run).size(), 1u);
+  const auto cleaned = fsdp::ckpt::clean_partial_checkpoints(run);
+  EXPECT_EQ(cleaned.removed.size(), 1u);
+  EXPECT_TRUE(partial_dirs(run).empty());
+  expect_checkpoint_at_step(dir, 1);
 }

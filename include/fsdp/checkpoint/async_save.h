@@ -1,0 +1,114 @@
+#pragma once
+// Checkpoints written while training goes on (what PyTorch's
+// torch.distributed.checkpoint.async_save does for DCP).
+//
+//   fsdp::ckpt::AsyncSaver saver(*world);  // collective: the saver's own group
+//   for (int64_t step = 1; step <= steps; ++step) {
+//     train_step();
+//     if (step % 100 == 0) {
+//       fsdp::ckpt::SaveOptions options;
+//       options.step = step;
+//       // Returns once this rank's shards are copied; the writing goes on.
+//       saver.save(dir_for(step), fsdp::ckpt::training_state_pieces(*model, &optimizer), options);
+//     }
+//     if (auto done = saver.poll()) log("saved", done->dir);
+//   }
+//   saver.wait();  // throws if the last save failed
+//
+// [Note: saving while training]
+// save() copies this rank's pieces to host memory and returns; a background
+// thread then runs fsdp::ckpt::save() (save.h) on the copies, so a kill
+// during it leaves what a kill during a synchronous save leaves: the last
+// committed checkpoint whole, and a "<dir>.partial-*" that
+// clean_partial_checkpoints (run_dir.h) removes.
+// - The copies are taken when save() is called, so the caller chooses the
+//   moment: between optimizer steps, when the shards and the optimizer state
+//   belong to one step. Training may change them as soon as save() returns.
+// - The background save's collectives run on a group of the saver's own,
+//   made by the constructor. Collectives on one group must be issued in the
+//   same order on every rank; training's, on the world group, come from
+//   another thread, so sharing that group would interleave the two streams
+//   differently on different ranks.
+// - The copies cost one more copy of this rank's pieces in host memory while
+//   a save is written. From CUDA they are synchronous copies; the background
+//   thread then runs on the CUDA device that was current at save(), which an
+//   NCCL group's control tensors use.
+// - At most one save is in flight: save() first waits for the one before.
+//   A save slower than the interval between saves delays training there,
+//   rather than piling up copies of the model in host memory.
+// - A failed save throws on every rank at the same place: the next save() or
+//   wait(), which every rank calls at the same step. poll() never throws,
+//   since ranks poll at different moments of the background work.
+
+#include <cstdint>
+#include <exception>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fsdp/checkpoint/save.h"
+
+namespace fsdp {
+class ProcessGroup;
+}
+
+namespace fsdp::ckpt {
+
+// A save that committed.
+struct FinishedSave {
+  std::string dir;
+  int64_t step = 0;          // SaveOptions::step
+  double copy_seconds = 0;   // in save(): copying the pieces to host memory
+  double write_seconds = 0;  // on the background thread: fsdp::ckpt::save()
+};
+
+// Used from one thread (the training loop's); every rank calls save() and
+// wait() at the same points, as with fsdp::ckpt::save.
+class AsyncSaver {
+ public:
+  // Collective over `world`: makes the group the background saves use (see
+  // [Note: saving while training]).
+  explicit AsyncSaver(ProcessGroup& world);
+  // Waits for a save in flight. A failure nobody collected with wait() is
+  // printed to stderr, since a destructor cannot throw it.
+  ~AsyncSaver();
+  AsyncSaver(const AsyncSaver&) = delete;
+  AsyncSaver& operator=(const AsyncSaver&) = delete;
+
+  // Collective. Waits for the previous save (throwing if it failed), copies
+  // `pieces` to host memory, starts writing them to `dir` and returns.
+  void save(const std::string& dir, std::vector<TensorPiece> pieces,
+            const SaveOptions& options = {});
+
+  // The newest save that committed and was not yet returned, if any. Never
+  // blocks and never throws: a failure waits for save() or wait().
+  std::optional<FinishedSave> poll();
+
+  // Waits for the save in flight, which every rank must let finish at the
+  // same point (it is collective); throws if it failed, else returns what
+  // poll() would.
+  std::optional<FinishedSave> wait();
+
+  // Whether a save is still being written (or written and not yet looked
+  // at by poll(), save() or wait()).
+  bool in_flight() const { return pending_.valid(); }
+
+ private:
+  struct Outcome {
+    std::optional<FinishedSave> finished;
+    std::exception_ptr failure;
+  };
+  // Takes the outcome of the save in flight, waiting for it.
+  void collect();
+  // collect(), then throws the failure if the save failed.
+  void finish_pending();
+
+  std::shared_ptr<ProcessGroup> group_;   // the background saves' own
+  std::future<Outcome> pending_;          // the save in flight
+  std::optional<FinishedSave> finished_;  // committed, not yet returned
+  std::exception_ptr failure_;            // failed, not yet thrown
+};
+
+}  // namespace fsdp::ckpt

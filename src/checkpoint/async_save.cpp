@@ -1,0 +1,115 @@
+// See [Note: saving while training] in include/fsdp/checkpoint/async_save.h.
+
+#include "fsdp/checkpoint/async_save.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <utility>
+
+#include "fsdp/comm/process_group.h"
+#include "fsdp/error_message.h"
+
+namespace fsdp::ckpt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A group over every rank of `world`, for the background saves alone.
+std::shared_ptr<ProcessGroup> saver_group(ProcessGroup& world) {
+  std::vector<int> everyone(static_cast<size_t>(world.size()));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  return world.new_subgroup(everyone, world.options().name + "/async-save");
+}
+
+// The pieces with their data copied to host memory, detached from any
+// autograd graph: what the background thread writes while training changes
+// the originals.
+void copy_to_host(std::vector<TensorPiece>& pieces) {
+  for (TensorPiece& piece : pieces) {
+    piece.data = piece.data.detach().to(at::kCPU, piece.data.scalar_type(),
+                                        /*non_blocking=*/false, /*copy=*/true);
+  }
+}
+
+// The calling thread's CUDA device, where CUDA is present. The background
+// thread must use it too: a new thread starts on device 0, and an NCCL
+// group's control tensors go to the current device (see [Note: a group's
+// device] in fsdp/comm/process_group.h).
+c10::optional<c10::Device> current_cuda_device() {
+  if (!at::hasCUDA()) return {};
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice();
+}
+
+}  // namespace
+
+AsyncSaver::AsyncSaver(ProcessGroup& world) : group_(saver_group(world)) {}
+
+AsyncSaver::~AsyncSaver() {
+  if (pending_.valid()) collect();
+  if (!failure_) return;
+  try {
+    std::rethrow_exception(failure_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "fsdp: an asynchronous checkpoint save failed and no wait() reported it: %s\n",
+                 error_message(e).c_str());
+  }
+}
+
+void AsyncSaver::save(const std::string& dir, std::vector<TensorPiece> pieces,
+                      const SaveOptions& options) {
+  finish_pending();  // at most one in flight; its failure throws here, on every rank
+  const auto copy_start = Clock::now();
+  copy_to_host(pieces);
+  FinishedSave finished{dir, options.step, seconds_since(copy_start), 0};
+  auto write = [group = group_, pieces = std::move(pieces), options, finished = std::move(finished),
+                device = current_cuda_device()]() mutable {
+    const c10::OptionalDeviceGuard on_callers_device(device);
+    Outcome outcome;
+    const auto write_start = Clock::now();
+    try {
+      fsdp::ckpt::save(*group, finished.dir, pieces, options);
+      finished.write_seconds = seconds_since(write_start);
+      outcome.finished = std::move(finished);
+    } catch (...) {
+      outcome.failure = std::current_exception();
+    }
+    return outcome;
+  };
+  pending_ = std::async(std::launch::async, std::move(write));
+}
+
+std::optional<FinishedSave> AsyncSaver::poll() {
+  if (pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    collect();
+  }
+  return std::exchange(finished_, std::nullopt);
+}
+
+std::optional<FinishedSave> AsyncSaver::wait() {
+  finish_pending();
+  return std::exchange(finished_, std::nullopt);
+}
+
+void AsyncSaver::finish_pending() {
+  if (pending_.valid()) collect();
+  if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+}
+
+void AsyncSaver::collect() {
+  Outcome outcome = pending_.get();  // waits; the task itself never throws
+  if (outcome.failure) failure_ = outcome.failure;
+  if (outcome.finished) finished_ = std::move(outcome.finished);
+}
+
+}  // namespace fsdp::ckpt

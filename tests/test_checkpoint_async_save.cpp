@@ -1,0 +1,172 @@
+// fsdp::ckpt::AsyncSaver on in-process ranks (threads, one Gloo group each):
+// what it writes, when its failures surface, and one save at a time. See
+// [Note: saving while training] in include/fsdp/checkpoint/async_save.h.
+
+#include "fsdp/checkpoint/async_save.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "checkpoint/save_hook.h"
+#include "fsdp/checkpoint/reader.h"
+#include "fsdp/checkpoint/run_dir.h"
+#include "harness/assertions.h"
+#include "harness/rank_harness.h"
+#include "harness/temp_dir.h"
+
+using fsdp::ckpt::AsyncSaver;
+using fsdp::ckpt::Reader;
+using fsdp::ckpt::SaveOptions;
+using fsdp::ckpt::TensorPiece;
+using fsdp::ckpt::testing::SavePhase;
+using fsdp::testing::RankContext;
+using fsdp::testing::run_ranks;
+
+namespace {
+
+class TempDir : public fsdp::testing::TempDir {
+ public:
+  TempDir() : fsdp::testing::TempDir("fsdp-ckpt-async") {}
+};
+
+// Removes the process-wide save hook when the test ends, passing or not.
+struct ScopedSaveHook {
+  explicit ScopedSaveHook(fsdp::ckpt::testing::SaveHook hook) {
+    fsdp::ckpt::testing::set_save_hook(std::move(hook));
+  }
+  ~ScopedSaveHook() { fsdp::ckpt::testing::set_save_hook(nullptr); }
+};
+
+constexpr int64_t kNumel = 1000;
+
+// The full "weight": 0, 1, ..., kNumel - 1.
+at::Tensor full_weight() { return at::arange(kNumel, at::kFloat); }
+
+// This rank's half of a weight, as a flat shard, and the piece naming it.
+at::Tensor shard_of(const at::Tensor& full, const RankContext& ctx) {
+  const int64_t chunk = kNumel / ctx.world_size;
+  return full.slice(0, ctx.rank * chunk, (ctx.rank + 1) * chunk).clone();
+}
+std::vector<TensorPiece> pieces_of(const at::Tensor& shard, const RankContext& ctx) {
+  return {{"weight", {kNumel}, at::kFloat, ctx.rank * shard.numel(), shard}};
+}
+
+SaveOptions at_step(int64_t step) {
+  SaveOptions options;
+  options.step = step;
+  return options;
+}
+
+// Waits, with a limit, until `flag` is set: a hook that holds a background
+// save back must not hang the test if the main thread never releases it.
+void wait_for(const std::atomic<bool>& flag) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!flag.load()) {
+    if (std::chrono::steady_clock::now() > limit) throw std::runtime_error("hook: never released");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
+
+// The background save is held back until every rank has changed its shard
+// and run world collectives: the checkpoint still holds the shards as they
+// were at save(), and training's collectives did not wait for the save.
+TEST(AsyncSave, WritesTheShardsAsTheyWereAtSaveWhileTrainingGoesOn) {
+  TempDir tmp;
+  const std::string dir = tmp / "step-7";
+  std::atomic<int> ranks_trained{0};
+  std::atomic<bool> released{false};
+  ScopedSaveHook hook([&](int, SavePhase phase, const std::string&) {
+    if (phase == SavePhase::kBeforeDataFile) wait_for(released);
+  });
+  run_ranks(2, [&](RankContext& ctx) {
+    AsyncSaver saver(*ctx.group);
+    at::Tensor shard = shard_of(full_weight(), ctx);
+    saver.save(dir, pieces_of(shard, ctx), at_step(7));
+    TORCH_CHECK(saver.in_flight() && !saver.poll(), "the save is held back by the hook");
+    shard.fill_(-1);  // an optimizer step
+    for (int i = 0; i < 3; ++i) {
+      at::Tensor t = at::ones({4});
+      ctx.group->all_reduce(t, fsdp::ReduceOp::kSum)->wait();
+      TORCH_CHECK(t.equal(at::full({4}, 2.0f)), "rank ", ctx.rank, ": all-reduce gave ", t);
+    }
+    if (++ranks_trained == 2) released = true;
+    const auto finished = saver.wait();
+    TORCH_CHECK(finished && finished->dir == dir && finished->step == 7, "rank ", ctx.rank);
+    TORCH_CHECK(finished->copy_seconds >= 0 && finished->write_seconds > 0, "rank ", ctx.rank);
+    TORCH_CHECK(!saver.in_flight() && !saver.poll() && !saver.wait(), "reported once");
+  });
+  const Reader reader = Reader::open(dir);
+  EXPECT_EQ(reader.step(), 7);
+  reader.verify_all();
+  EXPECT_TRUE(at::equal(reader.read_full("weight"), full_weight()));
+}
+
+// poll() never throws: a failed save throws at the next wait() or save(), on
+// every rank, once; the saver then saves again.
+TEST(AsyncSave, AFailureThrowsOnEveryRankAtTheNextWaitOrSave) {
+  TempDir tmp;
+  ScopedSaveHook hook([](int rank, SavePhase phase, const std::string& path) {
+    if (rank == 1 && phase == SavePhase::kBeforeDataFile && path.find("/bad-") != std::string::npos)
+      throw std::runtime_error("No space left on device (injected)");
+  });
+  run_ranks(2, [&](RankContext& ctx) {
+    AsyncSaver saver(*ctx.group);
+    const at::Tensor shard = shard_of(full_weight(), ctx);
+    saver.save(tmp / "bad-1", pieces_of(shard, ctx), at_step(1));
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (saver.in_flight()) {
+      TORCH_CHECK(!saver.poll(), "a failed save is not reported as finished");
+      TORCH_CHECK(std::chrono::steady_clock::now() < limit, "the failed save never ended");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_THROWS_WITH(saver.wait(), "checkpoint save to '" + tmp / "bad-1" + "' failed");
+    EXPECT_FALSE(saver.wait()) << "a failure is thrown once";
+
+    saver.save(tmp / "bad-2", pieces_of(shard, ctx), at_step(2));
+    EXPECT_THROWS_WITH(saver.save(tmp / "good-3", pieces_of(shard, ctx), at_step(3)),
+                       "rank 1: No space left on device (injected)");
+    saver.save(tmp / "good-3", pieces_of(shard, ctx), at_step(3));
+    const auto finished = saver.wait();
+    TORCH_CHECK(finished && finished->step == 3, "rank ", ctx.rank,
+                ": the save after the failures");
+  });
+  EXPECT_TRUE(at::equal(Reader::open(tmp / "good-3").read_full("weight"), full_weight()));
+  EXPECT_FALSE(fsdp::ckpt::is_checkpoint_dir(tmp / "bad-1"));
+  EXPECT_FALSE(fsdp::ckpt::is_checkpoint_dir(tmp / "bad-2"));
+}
+
+// The first save is slowed before its index. The second save() returns only
+// after the first committed, and no rank writes the second before then.
+TEST(AsyncSave, ASecondSaveWaitsForTheFirstToCommit) {
+  TempDir tmp;
+  const std::string first = tmp / "first";
+  std::atomic<int> overlapping_writes{0};
+  ScopedSaveHook hook([&](int, SavePhase phase, const std::string& path) {
+    const bool of_first = path.rfind(first, 0) == 0;
+    if (of_first && phase == SavePhase::kBeforeIndex) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    if (!of_first && phase == SavePhase::kBeforeDataFile && !fsdp::ckpt::is_checkpoint_dir(first)) {
+      ++overlapping_writes;
+    }
+  });
+  run_ranks(2, [&](RankContext& ctx) {
+    AsyncSaver saver(*ctx.group);
+    const at::Tensor shard = shard_of(full_weight(), ctx);
+    saver.save(first, pieces_of(shard, ctx), at_step(1));
+    saver.save(tmp / "second", pieces_of(shard, ctx), at_step(2));
+    TORCH_CHECK(fsdp::ckpt::is_checkpoint_dir(first), "rank ", ctx.rank,
+                ": the second save() returned before the first committed");
+    const auto finished = saver.wait();
+    TORCH_CHECK(finished && finished->step == 2, "wait() returns the newest save");
+  });
+  EXPECT_EQ(overlapping_writes.load(), 0);
+  EXPECT_EQ(Reader::open(first).step(), 1);
+  EXPECT_EQ(Reader::open(tmp / "second").step(), 2);
+}

@@ -139,6 +139,45 @@ TEST_F(TrainingStateTest, SaveAtTwoLoadAtAnyWorldSizeContinuesTraining) {
   }
 }
 
+// Adagrad's and RMSprop's state go through a checkpoint as AdamW's does
+// (issue #34, point 5): loaded at another world size, every field of every
+// parameter and the step are those that were saved.
+TEST_F(TrainingStateTest, AdagradAndRmspropStateRoundTripsAtAnotherWorldSize) {
+  const Data data = make_data();
+  for (const OptimizerKind kind : {OptimizerKind::kAdagrad, OptimizerKind::kRmsprop}) {
+    SCOPED_TRACE(to_string(kind));
+    const std::string ckpt = (dir_ / to_string(kind)).string();
+    OptimStateDict saved;
+    run_ranks(2, [&](RankContext& ctx) {
+      models::GPT local(tiny_gpt_config(true));
+      auto model = fully_shard(local, FullyShardOptions(ctx.group));
+      auto opt = make_optimizer(kind, model->parameters());
+      train(ctx, *local, *model, *opt, data, 0, kStepsBefore);
+      ckpt::save_training_state(*ctx.group, ckpt, *model, opt.get());
+      OptimStateDict full = full_optim_state_dict(*model, *opt);
+      if (ctx.rank == 0) saved = std::move(full);
+    });
+    ASSERT_FALSE(saved.empty());
+    run_ranks(3, [&](RankContext& ctx) {
+      models::GPT local(tiny_gpt_config(true));
+      auto model = fully_shard(local, FullyShardOptions(ctx.group));
+      auto opt = make_optimizer(kind, model->parameters());
+      ckpt::load_training_state(*ctx.group, ckpt, *model, opt.get());
+      const OptimStateDict loaded = full_optim_state_dict(*model, *opt);
+      if (ctx.rank != 0) return;
+      ASSERT_EQ(loaded.size(), saved.size());
+      for (const auto& [name, state] : saved) {
+        const ParamOptimState& back = loaded.at(name);
+        EXPECT_EQ(back.step, state.step) << name;
+        ASSERT_EQ(back.tensors.size(), state.tensors.size()) << name;
+        for (const auto& [field, tensor] : state.tensors) {
+          EXPECT_TRUE(at::equal(back.tensors.at(field), tensor)) << name << " " << field;
+        }
+      }
+    });
+  }
+}
+
 TEST_F(TrainingStateTest, StrictLoadReportsEveryProblemByName) {
   const std::string ckpt = (dir_ / "mlp").string();
   run_ranks(2, [&](RankContext& ctx) {

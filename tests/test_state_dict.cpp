@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/optim/lbfgs.h>
 #include <torch/optim/optimizer.h>
 
 #include <filesystem>
@@ -230,6 +231,15 @@ TEST(StateDictResume, AdamSavedAtTwoLoadedAtOne) { check_resume(OptimizerKind::k
 TEST(StateDictResume, SgdMomentumSavedAtTwoLoadedAtThree) {
   check_resume(OptimizerKind::kSgdMomentum, 3, true);
 }
+// The other torch::optim optimizers with per-parameter state (issue #34,
+// point 5): Adagrad (sum, step) and RMSprop, centered with momentum
+// (square_avg, grad_avg, momentum_buffer, step).
+TEST(StateDictResume, AdagradSavedAtTwoLoadedAtThree) {
+  check_resume(OptimizerKind::kAdagrad, 3, /*rank0_only=*/true);
+}
+TEST(StateDictResume, RmspropSavedAtTwoLoadedAtFourOnEveryRank) {
+  check_resume(OptimizerKind::kRmsprop, 4, /*rank0_only=*/false);
+}
 
 // A single-process model's own state dict loads into a sharded one.
 TEST_P(StateDictTest, ReferenceStateDictLoadsIntoShards) {
@@ -399,6 +409,25 @@ TEST(StateDictErrors, NeedsTheRootAndMatchingShards) {
       shifted.insert(item.key(), t);
     }
     EXPECT_THROWS_WITH(load_sharded_state_dict(*model, shifted), "layers.2.weight: state dict holds");
+  });
+}
+
+// LBFGS keeps one history (directions, step sizes) for all its parameters,
+// which no shard layout can split: every entry point refuses it, naming the
+// optimizers it takes.
+TEST(StateDictErrors, AnOptimizerWithoutPerParameterStateIsRefusedNamingTheSupportedOnes) {
+  run_ranks(2, [](RankContext& ctx) {
+    Mlp mlp(7, 10, 3, true);
+    auto model = fully_shard(mlp, FullyShardOptions(ctx.group));
+    torch::optim::LBFGS lbfgs(model->parameters(), torch::optim::LBFGSOptions(0.1));
+    const std::string supported =
+        "does not support this optimizer; supported are torch::optim::Adam, "
+        "AdamW, SGD, Adagrad and RMSprop";
+    EXPECT_THROWS_WITH(full_optim_state_dict(*model, lbfgs), "full_optim_state_dict " + supported);
+    EXPECT_THROWS_WITH(sharded_optim_state_dict(*model, lbfgs),
+                       "sharded_optim_state_dict " + supported);
+    EXPECT_THROWS_WITH(load_full_optim_state_dict(*model, lbfgs, OptimStateDict()),
+                       "load_full_optim_state_dict " + supported);
   });
 }
 

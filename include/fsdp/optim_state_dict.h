@@ -1,7 +1,10 @@
 #pragma once
 // Optimizer state dicts of a sharded model, keyed by the original parameter
-// names: AdamW and Adam (exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad,
-// step) and SGD (momentum_buffer).
+// names, for every torch::optim optimizer with per-parameter state: AdamW
+// and Adam (exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad, step), SGD
+// (momentum_buffer), Adagrad (sum, step) and RMSprop (square_avg,
+// momentum_buffer with momentum, grad_avg when centered, step). LBFGS is
+// refused: its one history spans every parameter.
 //
 //   // rank 0 gets every parameter's state at full shape, on the CPU
 //   fsdp::OptimStateDict full = fsdp::full_optim_state_dict(*model, *opt);
@@ -31,11 +34,11 @@ namespace fsdp {
 
 // One parameter's optimizer state.
 struct ParamOptimState {
-  // "exp_avg", "exp_avg_sq", "max_exp_avg_sq" (Adam/AdamW) or
-  // "momentum_buffer" (SGD). Full-shaped in a full dict; 1-D local runs
+  // The optimizer's fields by name, as listed above (e.g. "exp_avg" for
+  // Adam/AdamW). Full-shaped in a full dict; 1-D local runs
   // (aliasing the optimizer's tensors) in a sharded one.
   std::map<std::string, at::Tensor> tensors;
-  int64_t step = -1;  // Adam/AdamW step count; -1 for SGD, which keeps none
+  int64_t step = -1;  // the step count; -1 for SGD, which keeps none
 };
 
 // Parameter name -> its state. Parameters without state (never stepped,
@@ -64,7 +67,7 @@ ShardedOptimStateDict sharded_optim_state_dict(const UnitModule& root,
 
 // Creates the optimizer's per-parameter state (replacing any) from a full
 // optimizer state dict: each rank keeps its slice. `optimizer` must be one
-// of torch::optim::Adam, AdamW or SGD built over root.parameters(). Strict:
+// of the optimizers listed above, built over root.parameters(). Strict:
 // every name must be a parameter with a matching shape (parameters absent
 // from the dict are allowed: they had no state). rank0_only: only rank 0's
 // dict is read, and it is broadcast one tensor at a time.

@@ -2,9 +2,11 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/Optional.h>
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
@@ -15,10 +17,14 @@
 namespace fsdp::detail {
 namespace {
 
-constexpr const char* kSupported = "supported are torch::optim::Adam, AdamW and SGD";
+// Every torch::optim optimizer whose state is tensors kept per parameter;
+// LBFGS keeps one history for all parameters, which cannot be sharded.
+constexpr const char* kSupported =
+    "supported are torch::optim::Adam, AdamW, SGD, Adagrad and RMSprop (every torch::optim "
+    "optimizer with per-parameter state; LBFGS keeps one history for all parameters)";
 
 // The optimizers whose state libfsdp can read and create.
-enum class SupportedOptimizer { kAdam, kAdamW, kSgd };
+enum class SupportedOptimizer { kAdam, kAdamW, kSgd, kAdagrad, kRmsprop };
 
 // The one place that tells the supported optimizers apart; nullopt for any other.
 c10::optional<SupportedOptimizer> supported_kind(const torch::optim::Optimizer& optimizer) {
@@ -26,6 +32,8 @@ c10::optional<SupportedOptimizer> supported_kind(const torch::optim::Optimizer& 
   if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) return SupportedOptimizer::kAdamW;
   if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return SupportedOptimizer::kAdam;
   if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return SupportedOptimizer::kSgd;
+  if (dynamic_cast<const torch::optim::Adagrad*>(&optimizer)) return SupportedOptimizer::kAdagrad;
+  if (dynamic_cast<const torch::optim::RMSprop*>(&optimizer)) return SupportedOptimizer::kRmsprop;
   return c10::nullopt;
 }
 
@@ -66,11 +74,43 @@ std::unique_ptr<torch::optim::SGDParamState> make_sgd(const std::map<std::string
   return s;
 }
 
+void read_adagrad(const torch::optim::AdagradParamState& s, OptimizerFields* out) {
+  out->tensors = {{"sum", s.sum()}};
+  out->step = s.step();
+}
+
+std::unique_ptr<torch::optim::AdagradParamState> make_adagrad(
+    const std::map<std::string, at::Tensor>& tensors, int64_t step) {
+  auto s = std::make_unique<torch::optim::AdagradParamState>();
+  s->sum(field(tensors, "sum"));
+  s->step(std::max<int64_t>(step, 0));
+  return s;
+}
+
+// RMSprop keeps momentum_buffer with momentum > 0 and grad_avg when centered.
+void read_rmsprop(const torch::optim::RMSpropParamState& s, OptimizerFields* out) {
+  out->tensors = {{"square_avg", s.square_avg()}};
+  if (s.momentum_buffer().defined()) out->tensors["momentum_buffer"] = s.momentum_buffer();
+  if (s.grad_avg().defined()) out->tensors["grad_avg"] = s.grad_avg();
+  out->step = s.step();
+}
+
+std::unique_ptr<torch::optim::RMSpropParamState> make_rmsprop(
+    const std::map<std::string, at::Tensor>& tensors, int64_t step) {
+  auto s = std::make_unique<torch::optim::RMSpropParamState>();
+  s->square_avg(field(tensors, "square_avg"));
+  s->momentum_buffer(field(tensors, "momentum_buffer"));
+  s->grad_avg(field(tensors, "grad_avg"));
+  s->step(std::max<int64_t>(step, 0));
+  return s;
+}
+
 }  // namespace
 
 const std::vector<std::string>& optimizer_tensor_fields() {
-  static const std::vector<std::string> fields = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq",
-                                                  "momentum_buffer"};
+  static const std::vector<std::string> fields = {"exp_avg",         "exp_avg_sq", "max_exp_avg_sq",
+                                                  "momentum_buffer", "sum",        "square_avg",
+                                                  "grad_avg"};
   return fields;
 }
 
@@ -97,6 +137,12 @@ bool read_optimizer_state(const torch::optim::Optimizer& optimizer, const at::Te
     case SupportedOptimizer::kSgd:
       out->tensors = {{"momentum_buffer", state_as<torch::optim::SGDParamState>(base).momentum_buffer()}};
       break;
+    case SupportedOptimizer::kAdagrad:
+      read_adagrad(state_as<torch::optim::AdagradParamState>(base), out);
+      break;
+    case SupportedOptimizer::kRmsprop:
+      read_rmsprop(state_as<torch::optim::RMSpropParamState>(base), out);
+      break;
   }
   return true;
 }
@@ -116,6 +162,12 @@ void install_optimizer_state(torch::optim::Optimizer& optimizer, const at::Tenso
       break;
     case SupportedOptimizer::kSgd:
       state[key] = make_sgd(tensors);
+      break;
+    case SupportedOptimizer::kAdagrad:
+      state[key] = make_adagrad(tensors, step);
+      break;
+    case SupportedOptimizer::kRmsprop:
+      state[key] = make_rmsprop(tensors, step);
       break;
   }
 }

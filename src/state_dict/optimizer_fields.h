@@ -1,7 +1,7 @@
 #pragma once
 // Reading and creating torch::optim per-parameter state by field name, for
-// every optimizer libfsdp can shard the state of: Adam, AdamW (exp_avg,
-// exp_avg_sq, max_exp_avg_sq with amsgrad, step) and SGD (momentum_buffer).
+// every optimizer libfsdp can shard the state of: those of
+// fsdp/optim_state_dict.h (Adam, AdamW, SGD, Adagrad, RMSprop).
 // Shared by the optimizer state dicts and the training-state checkpoints.
 // Internal to src/.
 

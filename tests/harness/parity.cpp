@@ -1,8 +1,10 @@
 #include "harness/parity.h"
 
 #include <gtest/gtest.h>
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
 #include <cmath>
@@ -30,6 +32,10 @@ const char* to_string(OptimizerKind kind) {
     case OptimizerKind::kAdamW: return "AdamW";
     case OptimizerKind::kAdam: return "Adam";
     case OptimizerKind::kSgd: return "Sgd";
+    case OptimizerKind::kAdagrad:
+      return "Adagrad";
+    case OptimizerKind::kRmsprop:
+      return "Rmsprop";
   }
   return "?";
 }
@@ -47,6 +53,16 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind,
           params, torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
     case OptimizerKind::kAdam:
       return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3));
+    case OptimizerKind::kAdagrad:
+      return std::make_unique<torch::optim::Adagrad>(
+          params, torch::optim::AdagradOptions(0.05).lr_decay(0.01).initial_accumulator_value(0.1));
+    case OptimizerKind::kRmsprop:
+      // eps 1e-3, not LibTorch's 1e-8: a gradient that is rounding noise
+      // (|g| ~ 1e-9) would take a step of lr * g / (0.1 |g| + eps), and the
+      // runs would differ by 1e-4 where only rounding differs. A lost field
+      // still moves a parameter by about lr.
+      return std::make_unique<torch::optim::RMSprop>(
+          params, torch::optim::RMSpropOptions(1e-3).eps(1e-3).momentum(0.9).centered(true));
   }
   return nullptr;
 }

@@ -16,7 +16,8 @@
 
 namespace fsdp::testing {
 
-enum class OptimizerKind { kSgdMomentum, kAdamW, kAdam, kSgd };
+// kRmsprop is centered with momentum, so it keeps all three of its fields.
+enum class OptimizerKind { kSgdMomentum, kAdamW, kAdam, kSgd, kAdagrad, kRmsprop };
 const char* to_string(OptimizerKind kind);
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind,

@@ -11,8 +11,9 @@
 //
 // Each parameter is stored under its original name at its full shape; each
 // rank writes the flat range it holds. Optimizer state is stored under
-// "optim/<param name>/<field>" (AdamW/Adam: exp_avg, exp_avg_sq,
-// max_exp_avg_sq with amsgrad, step; SGD: momentum_buffer), sharded exactly
+// "optim/<param name>/<field>" (the fields of fsdp/optim_state_dict.h:
+// AdamW/Adam exp_avg, exp_avg_sq, ..., step; SGD momentum_buffer; Adagrad
+// sum, step; RMSprop square_avg, ...), sharded exactly
 // like its parameter. Buffers are written
 // once, by rank 0. Loading works at any world size: each rank reads only the
 // ranges its shards cover.

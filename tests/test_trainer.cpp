@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "fsdp/checkpoint/reader.h"
+#include "fsdp/checkpoint/run_dir.h"
 #include "harness/fsdp_run.h"
 #include "harness/trainer_runs.h"
 
@@ -348,6 +349,10 @@ TEST(Trainer, BadInputFailsOnEveryRankWithAClearMessage) {
        "--steps: '99999999999999999999' does not fit in a 64-bit integer (the largest is "
        "9223372036854775807)"},
   };
+  cases.push_back({{"--async-save"},
+                   1,
+                   "--async-save writes the --save-every checkpoints in the "
+                   "background, and --save-every is 0; pass --save-every N"});
   // --resume auto resumes the run dir's newest checkpoint: it needs one.
   cases.push_back({{"--resume", "auto"}, 1, "--resume auto needs --run-dir"});
 #if !defined(FSDP_WITH_NCCL)  // a CUDA build runs it: tests/gpu/test_gpu_trainer.cpp
@@ -426,6 +431,7 @@ TEST(Trainer, HelpDocumentsEveryOptionWithItsDefault) {
         "PRESETS", "gpt2-small-bytes", "gpt-1b", "--hook-times", "--phase-times", "--backend"}) {
     EXPECT_NE(r.output.find(option), std::string::npos) << option << "\n" << r.output;
   }
+  EXPECT_NE(r.output.find("--async-save"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--lr FLOAT=0.003"), std::string::npos) << r.output;  // a default
   EXPECT_NE(r.output.find("runs/<timestamp>"), std::string::npos);
 }
@@ -606,6 +612,65 @@ TEST(Trainer, AFaultAtTheSameStepEveryTimeStopsTheRestartsNamingTheStep) {
     EXPECT_TRUE(contains(r.err, text)) << text << "\n" << r.describe();
   }
   EXPECT_FALSE(contains(r.err, "restart 2 of 3")) << r.describe();
+}
+
+// ---------------------------------------------------------------------------
+// --async-save (issue #33, point 4): step checkpoints written in the
+// background. See [Note: saving while training] in fsdp/checkpoint/async_save.h.
+
+// The same checkpoints as synchronous saves, and the training bit for bit
+// the same: the shards are copied before the next step changes them.
+TEST(Trainer, AsyncSavesWriteTheSameCheckpointsAndChangeNoStep) {
+  TempDir tmp;
+  const auto common =
+      tiny({"--steps", "6", "--save-every", "2", "--sample-bytes", "0", "--eval-every", "0"});
+  expect_all_ok(run_ranks(concat(common, {"--run-dir", tmp / "sync"}), 2));
+  const auto async = run_ranks(concat(common, {"--run-dir", tmp / "async", "--async-save"}), 2);
+  expect_all_ok(async);
+  const auto a = read_metrics(tmp / "sync"), b = read_metrics(tmp / "async");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i].at("loss"), b[i].at("loss")) << "step " << i + 1;
+  for (const std::string step : {"step-00000002", "step-00000004", "step-00000006"}) {
+    const std::string dir = tmp / "async" + "/checkpoints/" + step;
+    fsdp::ckpt::Reader::open(dir).verify_all();
+    expect_same_checkpoint(tmp / "sync" + "/checkpoints/" + step, dir);
+    EXPECT_TRUE(contains(async[0].output, "saved " + dir + " (")) << async[0].output;
+  }
+  expect_same_checkpoint(tmp / "sync" + "/checkpoint", tmp / "async" + "/checkpoint");
+  EXPECT_TRUE(contains(async[0].output, "s in the background after ")) << async[0].output;
+}
+
+// A rank killed at the start of step 5, when the step-4 save has just begun
+// in the background: the restart resumes from the newest checkpoint that
+// committed, the run ends as the uninterrupted one did, and no partial save
+// is left.
+TEST(Trainer, AKillBesideAnAsyncSaveRestartsFromACommittedCheckpoint) {
+  TempDir tmp;
+  const auto common =
+      tiny({"--steps", "6", "--save-every", "2", "--sample-bytes", "0", "--eval-every", "0"});
+  expect_all_ok(run_ranks(concat(common, {"--run-dir", tmp / "straight"}), 2));
+  const std::string run = tmp / "restarted";
+  const ChildResult r = run_with_restarts(
+      tmp, concat(common, {"--async-save", "--resume", "auto", "--run-dir", run}), "1:5:0");
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_TRUE(contains(r.err,
+                       "fsdp-run: restart 1 of 3: rank 1 was killed by signal 9 (SIGKILL) "
+                       "during step 5;"))
+      << r.describe();
+  const auto straight = by_step(read_metrics(tmp / "straight"));
+  const auto again = by_step(steps_and_restarts(run).first);
+  for (int64_t step = 1; step <= 6; ++step) {
+    ASSERT_TRUE(again.count(step)) << step;
+    EXPECT_EQ(again.at(step).at("loss").get<double>(), straight.at(step).at("loss").get<double>())
+        << "step " << step;
+  }
+  expect_same_checkpoint(tmp / "straight" + "/checkpoint", run + "/checkpoint");
+  EXPECT_TRUE(fsdp::ckpt::partial_checkpoints_in_run_dir(run).empty());
+  for (const auto& found : fsdp::ckpt::checkpoints_in_run_dir(run)) {
+    fsdp::ckpt::Reader::open(found.dir).verify_all();
+  }
 }
 
 }  // namespace

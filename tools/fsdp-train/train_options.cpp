@@ -210,6 +210,11 @@ void add_output_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
                       "keep only the newest K step checkpoints (0: keep all); the final "
                       "checkpoint/ is always kept")
           ->capture_default_str());
+  rec(out->add_flag("--async-save", o.async_save,
+                    "write the --save-every checkpoints in the background: training stops "
+                    "only to copy its shards to host memory (one more copy of them per rank), "
+                    "and a save still being written when the next is due is waited for; "
+                    "the final checkpoint is written before the run ends"));
   rec(out->add_option("--resume", o.resume,
                       "continue from a checkpoint dir, or from a run dir's newest checkpoint "
                       "that verifies (checkpoint/ or checkpoints/step-*); model shape, seed "
@@ -344,6 +349,12 @@ void validate_sampling_and_output(const TrainOptions& o, std::vector<std::string
   require_non_negative(errors, "temperature", o.temperature, "0 samples greedily");
   require_non_negative(errors, "save-every", o.save_every, "0: final checkpoint only");
   require_non_negative(errors, "keep-last", o.keep_last, "0: keep every step checkpoint");
+  if (o.async_save && o.save_every == 0) {
+    errors.push_back(
+        "--async-save writes the --save-every checkpoints in the background, and "
+        "--save-every is 0; pass --save-every N, or drop --async-save (the final "
+        "checkpoint is always written before the run ends)");
+  }
   require_non_negative(errors, "eval-every", o.eval_every, "0: at the end only");
   require_non_negative(errors, "sample-bytes", o.sample_bytes, "0: no sample");
   require_non_negative(errors, "log-every", o.log_every, "0: automatic");

@@ -69,6 +69,7 @@ struct TrainOptions {
   std::string run_dir;  // "" = runs/<timestamp>
   int64_t save_every = 0;  // steps; 0 = only the final checkpoint
   int64_t keep_last = 0;   // step checkpoints kept; 0 = all
+  bool async_save = false;  // write the step checkpoints while training goes on
   std::string resume;      // checkpoint directory (or a run dir holding one)
   int64_t log_every = 0;   // progress lines when stdout is not a terminal; 0 = auto
   bool quiet = false;

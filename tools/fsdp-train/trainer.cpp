@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 
+#include "checkpoint_saves.h"
 #include "config_json.h"
 #include "fsdp/checkpoint/run_dir.h"
 #include "fsdp/checkpoint/training_state.h"
@@ -115,9 +116,7 @@ class Trainer {
   }
   StepRecord step_record(int64_t step, const AgreedStep& agreed, Clock::time_point step_start);
   void show_step(Progress& progress, const StepRecord& record, bool last);
-  void save_step_checkpoint(Progress& progress, int64_t step);
   double evaluate();
-  void save_checkpoint(const std::string& dir, int64_t step);
   std::vector<int64_t> gather(int64_t mine) { return fsdp::all_gather_int64(world_, mine); }
   double estimate_eta(int64_t step, double elapsed) const;
   // After the loop.
@@ -143,6 +142,7 @@ class Trainer {
   std::string run_dir_;
   fsdp::tools::RunDirLock run_dir_lock_;  // rank 0 only
   fsdp::ckpt::CleanReport cleaned_;     // rank 0 only: partial saves removed at start
+  std::optional<CheckpointSaves> saves_;  // once the run dir is agreed on
   std::optional<MetricsLog> metrics_;   // rank 0 only
   std::vector<int64_t> sharded_bytes_;  // per rank, as built
   int64_t start_step_ = 0;
@@ -163,6 +163,7 @@ int Trainer::run() {
   // Safe under the lock: no other run saves here. Partial saves of a killed
   // run can be as large as the model; nothing can resume from them.
   if (rank0_) cleaned_ = fsdp::ckpt::clean_partial_checkpoints(run_dir_);
+  saves_.emplace(world_, o_, run_dir_, checkpoint_extras(o_, s_.corpus, world_.size()));
   const fsdp::MemoryStats initial = fsdp::memory_stats(**model_);
   sharded_bytes_ = gather(initial.sharded_param_bytes);
   if (rank0_) start_outputs(initial);
@@ -171,10 +172,11 @@ int Trainer::run() {
   if (o_.hook_times) measures_.start_hook_timer();
   const LoopOutcome loop = train_loop(progress);
   measures_.stop_hook_timer();
+  saves_->finish_step_saves(progress);
   progress.finish();
 
-  const std::string final_dir = final_checkpoint_dir(run_dir_);
-  save_checkpoint(final_dir, loop.last_step);
+  const std::string final_dir = saves_->final_dir();
+  saves_->save_final(loop.last_step, **model_, *optimizer_);
   std::string sample;
   if (o_.sample_bytes > 0) sample = sample_text();
   std::vector<RankMemory> memory = gather_rank_memory();
@@ -269,7 +271,7 @@ LoopOutcome Trainer::train_loop(Progress& progress) {
     record.elapsed_s = seconds_since(train_start);
     outcome.note_loss(agreed.loss);
     if (rank0_) show_step(progress, record, last);
-    if (o_.save_every > 0 && step % o_.save_every == 0) save_step_checkpoint(progress, step);
+    saves_->after_step(step, **model_, *optimizer_, progress);
     if (last) break;
   }
   outcome.last_step = step;
@@ -384,17 +386,6 @@ void Trainer::show_step(Progress& progress, const StepRecord& record, bool last)
   }
 }
 
-void Trainer::save_step_checkpoint(Progress& progress, int64_t step) {
-  const std::string dir = step_checkpoint_dir(run_dir_, step);
-  const auto save_start = Clock::now();
-  save_checkpoint(dir, step);
-  if (!rank0_) return;
-  progress.note(fmt::format("  saved {} ({:.1f}s)", dir, seconds_since(save_start)));
-  for (const std::string& old : prune_step_checkpoints(run_dir_, o_.keep_last)) {
-    progress.note(fmt::format("  removed {} (--keep-last {})", old, o_.keep_last));
-  }
-}
-
 // Mean loss over --eval-batches fixed global batches of validation bytes.
 double Trainer::evaluate() {
   at::NoGradGuard no_grad;
@@ -416,15 +407,6 @@ double Trainer::evaluate() {
                               collective_options(at::kDouble));
   world_.all_reduce(total, fsdp::ReduceOp::kSum)->wait();
   return total.item<double>() / world_.size();
-}
-
-void Trainer::save_checkpoint(const std::string& dir, int64_t step) {
-  fsdp::ckpt::SaveOptions options;
-  options.step = step;
-  options.extras_json = checkpoint_extras(o_, s_.corpus, world_.size());
-  options.overwrite = true;
-  std::filesystem::create_directories(std::filesystem::path(dir).parent_path());
-  fsdp::ckpt::save_training_state(world_, dir, **model_, optimizer_.get(), options);
 }
 
 double Trainer::estimate_eta(int64_t step, double elapsed) const {

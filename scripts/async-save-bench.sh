@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# What checkpoints cost training (issue #33): a 57 M-parameter GPT (8 blocks
+# of width 768) at 2 ranks, trained with no step checkpoints, with
+# synchronous ones every 5 steps and with --async-save ones every 5 steps,
+# the three interleaved in each of REPS rounds (default 2). Prints, per
+# mode, the wall time per step from step 1 to the last (saves included:
+# each falls between two steps) and its ratio to the run without saves of
+# the same round. docs/trainer.md#asynchronous-saves records the results.
+#
+#   scripts/async-save-bench.sh [REPS] [STEPS]   (after `make`; BUILD_DIR=build)
+#
+# FSDP_BENCH_TRAIN_ARGS adds fsdp-train options (default: --batch 4
+# --context 128, about a second a step on 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${BUILD_DIR:-build}/bin
+reps=${1:-2}
+steps=${2:-21}
+extra=${FSDP_BENCH_TRAIN_ARGS:---batch 4 --context 128}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for tool in fsdp-run fsdp-train; do
+  [[ -x $bin/$tool ]] || { echo "async-save-bench: $bin/$tool is missing; run make first" >&2; exit 1; }
+done
+
+# Seconds per step from step 1 to the last, from metrics.jsonl's elapsed_s.
+seconds_per_step() {
+  grep '"step"' "$1/metrics.jsonl" |
+    sed -E 's/.*"step":([0-9]+).*"elapsed_s":([0-9.eE+-]+).*/\1 \2/' |
+    awk 'NR == 1 { s0 = $1; e0 = $2 } { s = $1; e = $2 } END { print (e - e0) / (s - s0) }'
+}
+
+echo "57 M GPT (--layers 8 --width 768 --heads 12 $extra), 2 ranks, $steps steps," \
+  "checkpoints every 5; $(nproc) cores"
+printf '%-6s %-6s %14s %18s\n' round mode "s per step" "ratio to none"
+for rep in $(seq 1 "$reps"); do
+  none=""
+  for mode in none sync async; do
+    args=(--layers 8 --width 768 --heads 12 $extra --steps "$steps" --eval-every 0
+          --sample-bytes 0 --quiet --run-dir "$work/$rep-$mode")
+    [[ $mode == none ]] || args+=(--save-every 5)
+    [[ $mode == async ]] && args+=(--async-save)
+    "$bin/fsdp-run" --standalone --nproc-per-node 2 -- "$bin/fsdp-train" "${args[@]}" \
+      >"$work/out" 2>&1 || { cat "$work/out" >&2; exit 1; }
+    s=$(seconds_per_step "$work/$rep-$mode")
+    [[ $mode == none ]] && none=$s
+    printf '%-6s %-6s %14.3f %18.3f\n' "$rep" "$mode" "$s" "$(awk "BEGIN { print $s / $none }")"
+    rm -rf "$work/$rep-$mode"
+  done
+done

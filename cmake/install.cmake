@@ -43,6 +43,10 @@ foreach(tool fsdp-run fsdp-train fsdp-ckpt fsdp-plan fsdp-bench)
   endif()
 endforeach()
 
+# fsdp-ckpt import-dcp / export-dcp run it from bin/../libexec/libfsdp/.
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/fsdp-ckpt/dcp_convert.py
+  DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/libfsdp)
+
 install(EXPORT fsdpTargets
   NAMESPACE fsdp::
   DESTINATION ${FSDP_INSTALL_CMAKEDIR})

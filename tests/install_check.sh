@@ -46,7 +46,7 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log" || {
 }
 for f in lib/cmake/fsdp/fsdpConfig.cmake lib/cmake/fsdp/fsdpConfigVersion.cmake \
          lib/cmake/fsdp/fsdpTargets.cmake include/fsdp/fsdp.h bin/fsdp-run bin/fsdp-train \
-         bin/fsdp-ckpt bin/fsdp-plan bin/fsdp-bench; do
+         bin/fsdp-ckpt bin/fsdp-plan bin/fsdp-bench libexec/libfsdp/dcp_convert.py; do
   [[ -e "$prefix/$f" ]] || fail "$f is not installed (ls $prefix: $(ls -R "$prefix" | head -50))"
 done
 [[ ! -e "$prefix/include/fsdp/models" ]] || fail "the demo GPT's header was installed"

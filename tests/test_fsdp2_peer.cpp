@@ -13,11 +13,13 @@
 #include <gtest/gtest.h>
 #include <torch/version.h>
 
+#include <filesystem>
 #include <string>
 
 #include "harness/child_process.h"
 #include "harness/shell_command.h"
 #include "harness/temp_dir.h"
+#include "harness/trainer_runs.h"
 
 namespace {
 
@@ -136,6 +138,77 @@ TEST(Fsdp2Peer, FullReshardingOnTheCpuIsRefusedNamingTheFix) {
       "g.parse_args([\"--data\", \"x\", \"--strategy\", \"full\"])");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "pass --strategy grad-op")) << r.output;
+}
+
+// ---- PyTorch's Distributed Checkpoint both ways (issue #34, point 5) -------
+// A run moves between PyTorch and C++ mid-training: one side trains steps
+// 1-3 and saves, fsdp-ckpt converts, the other side trains steps 4-6, and
+// each of those losses is within 1e-4 relative of the saving side's
+// uninterrupted run (the frameworks agree to that bound step by step, as
+// above), at another world size than the save's.
+
+const std::string kGpt = " --data " FSDP_SOURCE_DIR
+                         "/tests/data/corpus.txt --layers 2 --width 32 --heads 2 --context 32"
+                         " --batch 8 --steps 6 --strategy grad-op";
+const std::string kPeer = "python3 " FSDP_SOURCE_DIR "/bench/peers/fsdp2_gpt.py" + kGpt;
+const std::string kFsdpTrain =
+    FSDP_BIN_DIR "/fsdp-train" + kGpt + " --eval-every 0 --sample-bytes 0 --quiet";
+const std::string kFsdpCkpt = FSDP_BIN_DIR "/fsdp-ckpt";
+
+CommandRun on_two_ranks(const std::string& worker) {
+  return run_command(FSDP_BIN_DIR "/fsdp-run --standalone --nproc-per-node 2 -- " + worker);
+}
+
+// Steps 4-6 of `resumed` against the same steps of `uninterrupted` (both
+// metrics.jsonl dirs); `resumed` has no earlier step.
+void expect_steps_4_to_6_agree(const std::string& resumed, const std::string& uninterrupted) {
+  const auto after = fsdp::testing::by_step(fsdp::testing::read_metrics(resumed));
+  const auto whole = fsdp::testing::by_step(fsdp::testing::read_metrics(uninterrupted));
+  ASSERT_EQ(whole.size(), 6u);
+  ASSERT_EQ(after.size(), 3u) << "the resumed run trains steps 4-6 only";
+  for (int64_t step = 4; step <= 6; ++step) {
+    ASSERT_TRUE(after.count(step)) << "step " << step;
+    fsdp::testing::expect_close(after.at(step)["loss"], whole.at(step)["loss"], 1e-4,
+                                "loss of step " + std::to_string(step));
+  }
+}
+
+TEST(DcpInterop, AnFsdp2RunSavedWithDcpTrainsOnInFsdpTrain) {
+  ASSERT_EQ(missing_peer(), "");
+  fsdp::testing::TempDir work("dcp-import");
+  std::filesystem::create_directories(work / "torch");
+  const CommandRun whole = on_two_ranks(kPeer + " --metrics " + work / "torch/metrics.jsonl");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const CommandRun saved = on_two_ranks(kPeer + " --stop-after 3 --save-dcp " +
+                                        work / "dcp --metrics " + work / "first.jsonl");
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const CommandRun imported =
+      run_command(kFsdpCkpt + " import-dcp " + work / "dcp --out " + work / "imported");
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  EXPECT_TRUE(contains(imported.output, "wrote " + work / "imported" + " for 1 ranks (step 3)"))
+      << imported.output;
+  // One rank goes on from the two ranks' save.
+  const CommandRun cpp =
+      run_command(kFsdpTrain + " --resume " + work / "imported --run-dir " + work / "cpp");
+  ASSERT_EQ(cpp.exit_code, 0) << cpp.output;
+  EXPECT_TRUE(contains(cpp.output, "was not written by fsdp-train")) << cpp.output;
+  expect_steps_4_to_6_agree(work / "cpp", work / "torch");
+}
+
+TEST(DcpInterop, AnFsdpTrainCheckpointExportedAsDcpTrainsOnInFsdp2) {
+  ASSERT_EQ(missing_peer(), "");
+  fsdp::testing::TempDir work("dcp-export");
+  std::filesystem::create_directories(work / "torch");
+  const CommandRun whole = on_two_ranks(kFsdpTrain + " --save-every 3 --run-dir " + work / "cpp");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const CommandRun exported = run_command(
+      kFsdpCkpt + " export-dcp " + work / "cpp/checkpoints/step-00000003 --out " + work / "dcp");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  // FSDP2 alone (world size 1) goes on from the two ranks' save.
+  const CommandRun torch =
+      run_command(kPeer + " --load-dcp " + work / "dcp --metrics " + work / "torch/metrics.jsonl");
+  ASSERT_EQ(torch.exit_code, 0) << torch.output;
+  expect_steps_4_to_6_agree(work / "torch", work / "cpp");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // build/bin/fsdp-ckpt, driven as a user would: inspect, verify, consolidate,
-// export and reshard a checkpoint saved for 3 ranks, and the errors for bad
-// input. Outputs are re-read with the library's own readers and compared.
+// export, reshard and import a checkpoint saved for 3 ranks, and the errors
+// for bad input. (import-dcp and export-dcp against PyTorch itself:
+// tests/test_fsdp2_peer.cpp.) Outputs are re-read with the library's own readers and compared.
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -76,7 +77,8 @@ void save_model(const std::string& dir, int64_t step = 77) {
 TEST(FsdpCkptTool, HelpDocumentsEverySubcommand) {
   const CommandRun run = fsdp_ckpt("--help");
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  for (const char* word : {"inspect", "verify", "consolidate", "export", "reshard"})
+  for (const char* word : {"inspect", "verify", "consolidate", "export", "reshard", "import",
+                           "import-dcp", "export-dcp"})
     EXPECT_TRUE(contains(run.output, word)) << word << "\n" << run.output;
   const CommandRun reshard_help = fsdp_ckpt("reshard --help");
   EXPECT_TRUE(contains(reshard_help.output, "--world-size")) << reshard_help.output;
@@ -317,4 +319,125 @@ TEST(FsdpCkptTool, CleanRefusesAMissingPathOrARegularFile) {
   EXPECT_TRUE(contains(regular.output, "'" + file + "' is not a directory; give a run dir"))
       << regular.output;
   EXPECT_FALSE(contains(missing.output + regular.output, "partial checkpoints removed"));
+}
+
+TEST(FsdpCkptTool, ImportIsTheInverseOfConsolidate) {
+  TempDir tmp;
+  save_model(tmp / "ckpt");
+  ASSERT_EQ(
+      fsdp_ckpt("consolidate " + tmp / "ckpt" + " --out " + tmp / "whole.safetensors").exit_code,
+      0);
+  for (int world_size : {1, 2}) {
+    const std::string out = tmp / ("ws" + std::to_string(world_size));
+    const CommandRun run = fsdp_ckpt("import " + tmp / "whole.safetensors" + " --out " + out +
+                                     (world_size == 1 ? "" : " --world-size 2"));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const Reader reader = Reader::open(out);
+    reader.verify_all();
+    EXPECT_EQ(reader.saved_world_size(), world_size);
+    EXPECT_EQ(reader.step(), 77);
+    EXPECT_EQ(reader.extras_json(), R"({"lr":0.001})");
+    const auto tensors = model();
+    ASSERT_EQ(reader.index().tensors.size(), tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& [name, full] = tensors[i];
+      EXPECT_EQ(reader.index().tensors[i].name, name) << "tensors keep their order";
+      EXPECT_TRUE(at::equal(reader.read_full(name), full))
+          << name << " at world size " << world_size;
+    }
+  }
+  const CommandRun exists =
+      fsdp_ckpt("import " + tmp / "whole.safetensors" + " --out " + tmp / "ws1");
+  EXPECT_EQ(exists.exit_code, 1);
+  EXPECT_TRUE(contains(exists.output, "already exists")) << exists.output;
+}
+
+// A file of whole tensors from elsewhere: no libfsdp metadata (step 0, no
+// extras), and "optim/<param>/<field>" entries are that parameter's state.
+TEST(FsdpCkptTool, ImportReadsOptimizerStateByNameAndRefusesBadMetadata) {
+  TempDir tmp;
+  const at::Tensor weight = at::arange(6, at::kFloat).reshape({2, 3});
+  fsdp::ckpt::safetensors::save_file(tmp / "plain.safetensors",
+                                     {{"w", weight}, {"optim/w/exp_avg", weight * 2}});
+  ASSERT_EQ(fsdp_ckpt("import " + tmp / "plain.safetensors" + " --out " + tmp / "plain").exit_code,
+            0);
+  const Reader plain = Reader::open(tmp / "plain");
+  EXPECT_EQ(plain.step(), 0);
+  EXPECT_EQ(plain.extras_json(), "{}");
+  EXPECT_EQ(plain.index().params_with_optimizer_state, std::vector<std::string>{"w"});
+  EXPECT_TRUE(at::equal(plain.read_full("optim/w/exp_avg"), weight * 2));
+
+  fsdp::ckpt::safetensors::save_file(tmp / "bad.safetensors", {{"w", weight}},
+                                     {{"libfsdp_step", "7x"}});
+  const CommandRun bad_step =
+      fsdp_ckpt("import " + tmp / "bad.safetensors" + " --out " + tmp / "bad");
+  EXPECT_EQ(bad_step.exit_code, 1);
+  EXPECT_TRUE(contains(bad_step.output,
+                       "__metadata__ libfsdp_step must be a step number (an integer >= 0), "
+                       "got '7x'"))
+      << bad_step.output;
+  fsdp::ckpt::safetensors::save_file(tmp / "bad.safetensors", {{"w", weight}},
+                                     {{"libfsdp_extras", "[1]"}},
+                                     /*overwrite=*/true);
+  const CommandRun bad_extras =
+      fsdp_ckpt("import " + tmp / "bad.safetensors" + " --out " + tmp / "bad");
+  EXPECT_EQ(bad_extras.exit_code, 1);
+  EXPECT_TRUE(
+      contains(bad_extras.output, "libfsdp_extras must be the text of a JSON object; got an array"))
+      << bad_extras.output;
+  EXPECT_FALSE(fs::exists(tmp / "bad"));
+}
+
+// What a failed export-dcp left in `dir`: its output or the scratch file
+// between the two halves ("" if nothing).
+namespace {
+std::string left_behind(const std::string& dir) {
+  std::string left;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (contains(name, "dcp")) left += name + " ";
+  }
+  return left;
+}
+}  // namespace
+
+// What a user without PyTorch, or with the wrong directory, is told; nothing
+// is left behind (the DCP round trip itself: tests/test_fsdp2_peer.cpp).
+TEST(FsdpCkptTool, TheDcpCommandsNameWhatIsMissing) {
+  TempDir tmp;
+  save_model(tmp / "ckpt");
+  const CommandRun not_dcp = fsdp_ckpt("import-dcp " + tmp / "ckpt" + " --out " + tmp / "imported");
+  EXPECT_EQ(not_dcp.exit_code, 1);
+  EXPECT_TRUE(contains(
+      not_dcp.output,
+      "'" + tmp / "ckpt" + "' is not a PyTorch Distributed Checkpoint: it has no .metadata file"))
+      << not_dcp.output;
+  const CommandRun no_python = fsdp_ckpt("export-dcp " + tmp / "ckpt" + " --out " +
+                                         tmp / "dcp --python " + tmp / "no-python3");
+  EXPECT_EQ(no_python.exit_code, 1);
+  EXPECT_TRUE(contains(no_python.output,
+                       "export-dcp needs python3 with PyTorch 2.3+ to read and write DCP, and "
+                       "could not run '" +
+                           tmp / "no-python3" + "': No such file or directory"))
+      << no_python.output;
+  EXPECT_TRUE(contains(no_python.output, "pass --python")) << no_python.output;
+  EXPECT_EQ(left_behind(tmp.path()), "");
+  // A python3 whose `import torch` fails: the converter's own message, then ours.
+  if (fsdp::testing::run_command("python3 --version").exit_code != 0) {
+    GTEST_SKIP() << "no python3 here to run the converter without PyTorch (the 2.6 leg has one)";
+  }
+  fs::create_directories(tmp / "fake/torch");
+  std::ofstream(tmp / "fake/torch/__init__.py")
+      << "raise ImportError('this torch is a test fake')\n";
+  const std::string torchless = tmp / "torchless-python3";
+  std::ofstream(torchless) << "#!/bin/sh\nPYTHONPATH='" + tmp / "fake" + "' exec python3 \"$@\"\n";
+  fs::permissions(torchless, fs::perms::owner_all);
+  const CommandRun no_torch =
+      fsdp_ckpt("export-dcp " + tmp / "ckpt" + " --out " + tmp / "dcp --python " + torchless);
+  EXPECT_EQ(no_torch.exit_code, 1);
+  EXPECT_TRUE(contains(no_torch.output, "python3 could not import it (this torch is a test fake)"))
+      << no_torch.output;
+  EXPECT_TRUE(contains(no_torch.output, "'" + torchless + "' has no usable PyTorch (said above)"))
+      << no_torch.output;
+  EXPECT_EQ(left_behind(tmp.path()), "");
 }

@@ -92,6 +92,14 @@ def parse_args(argv=None):
     p.add_argument("--hook-times", action="store_true",
                    help="time the wall time inside FSDP2's hooks each step, as fsdp-train "
                         "--hook-times does libfsdp's")
+    p.add_argument("--stop-after", type=int,
+                   help="train only through this step of the --steps schedule (default: all)")
+    p.add_argument("--save-dcp", metavar="DIR",
+                   help="at the end, save the model and AdamW state with PyTorch's Distributed "
+                        "Checkpoint, as an FSDP2 loop does (fsdp-ckpt import-dcp reads it)")
+    p.add_argument("--load-dcp", metavar="DIR",
+                   help="first load a DCP checkpoint (fsdp-ckpt export-dcp writes one) and "
+                        "continue after its optimizer step")
     a = p.parse_args(argv)
     sizes = dict(layers=4, width=128, heads=4, context=128)  # fsdp-train's defaults
     sizes.update(PRESETS.get(a.preset, {}))
@@ -100,6 +108,8 @@ def parse_args(argv=None):
             setattr(a, name, value)
     if a.warmup is None:
         a.warmup = min(50, max(1, a.steps // 10))
+    if a.stop_after is None:
+        a.stop_after = a.steps
     if a.device == "cpu" and a.strategy == "full" and torch_release() < (2, 7):
         # [Note: FSDP2's full resharding on the CPU]
         # Under torch 2.6 the backward re-gather writes the parameters in
@@ -402,6 +412,28 @@ def train_step(model, optimizer, batch, a, step, device):
     return total.item() / dist.get_world_size()
 
 
+def save_dcp(model, optimizer, path):
+    """The model and optimizer state as FSDP2 loops save them (torchtitan's layout)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+
+
+def load_dcp(model, optimizer, path):
+    """Loads a DCP checkpoint's model and optimizer state; returns its step.
+    [Note: loading optimizer state without param_groups]
+    A libfsdp checkpoint holds tensors, not hyperparameters, so an exported
+    one has no param_groups: the state tensors are loaded and this run keeps
+    its own groups (docs/checkpoints.md)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.load({"model": model_sd, "optim": {"state": optim_sd["state"]}}, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
+    return max(int(s["step"]) for s in optimizer.state.values())
+
+
 def step_record(a, step, loss, seconds, device, hooks):
     """The step's line of --metrics, with fsdp-train's names (collective).
     `hooks`: this step's seconds per hook, or None without --hook-times."""
@@ -439,7 +471,8 @@ def train(a):
         print(f"fsdp2_gpt: GPT {a.layers}x{a.width}, {parameter_count(a) / 1e6:.2f} M parameters, "
               f"{world} rank(s) on {device.type}, {a.mixed_precision}, torch {torch.__version__}",
               flush=True)
-    for step in range(1, a.steps + 1):
+    first = load_dcp(model, optimizer, a.load_dcp) + 1 if a.load_dcp else 1
+    for step in range(first, a.stop_after + 1):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
@@ -453,6 +486,8 @@ def train(a):
             out.flush()
         if rank == 0:
             print(f"step {step}/{a.steps}  loss {loss:.4f}  {record['ms']:.1f} ms", flush=True)
+    if a.save_dcp:
+        save_dcp(model, optimizer, a.save_dcp)
     dist.destroy_process_group()
 
 

@@ -117,7 +117,7 @@ void adopt_resume_checkpoint(TrainSetup& setup, std::vector<std::string>& errors
   }
 }
 
-// The corpus, and a warning when a resumed run would continue on other data.
+// The corpus, and what to tell the user about the checkpoint it resumes from.
 void load_training_data(TrainSetup& setup, std::vector<std::string>& errors) {
   const TrainOptions& o = setup.options;
   if (o.context > 0) {
@@ -128,8 +128,8 @@ void load_training_data(TrainSetup& setup, std::vector<std::string>& errors) {
     }
   }
   if (!setup.resume_dir.empty() && errors.empty()) {
-    setup.corpus_warning = fsdp_train::corpus_mismatch_warning(
-        setup.corpus, fsdp::ckpt::Reader::open(setup.resume_dir).extras_json());
+    setup.resume_warning = fsdp_train::resume_warning(
+        setup.corpus, fsdp::ckpt::Reader::open(setup.resume_dir).extras_json(), setup.resume_dir);
   }
 }
 

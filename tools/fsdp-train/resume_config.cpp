@@ -82,6 +82,14 @@ const std::vector<Recorded>& recorded_options() {
 
 #undef FSDP_TRAIN_RECORDED
 
+// Whether checkpoint extras are fsdp-train's: they record the run's options.
+bool written_by_fsdp_train(const rapidjson::Document& extras) {
+  return !extras.HasParseError() && extras.IsObject() && extras.HasMember("trainer") &&
+         extras["trainer"].IsString() &&
+         std::string(extras["trainer"].GetString()) == "fsdp-train" &&
+         extras.HasMember("options") && extras["options"].IsObject();
+}
+
 }  // namespace
 
 std::string checkpoint_extras(const TrainOptions& options, const ByteCorpus& corpus, int world_size) {
@@ -118,16 +126,7 @@ std::vector<std::string> adopt_checkpoint_options(TrainOptions& options, const s
   std::vector<std::string> errors;
   rapidjson::Document extras;
   extras.Parse<rapidjson::kParseFullPrecisionFlag>(extras_json.data(), extras_json.size());
-  const bool ours = !extras.HasParseError() && extras.IsObject() && extras.HasMember("trainer") &&
-                    extras["trainer"].IsString() && std::string(extras["trainer"].GetString()) == "fsdp-train" &&
-                    extras.HasMember("options") && extras["options"].IsObject();
-  if (!ours) {
-    errors.push_back(fmt::format(
-        "--resume '{}' was not written by fsdp-train (its extras hold no fsdp-train options); "
-        "resume from a checkpoint of an fsdp-train run",
-        checkpoint_dir));
-    return errors;
-  }
+  if (!written_by_fsdp_train(extras)) return errors;  // see resume_warning()
   const rapidjson::Value& saved = extras["options"];
   for (const auto& r : recorded_options()) {
     if (!saved.HasMember(r.name)) continue;
@@ -147,12 +146,19 @@ std::vector<std::string> adopt_checkpoint_options(TrainOptions& options, const s
   return errors;
 }
 
-std::string corpus_mismatch_warning(const ByteCorpus& corpus, const std::string& extras_json) {
+std::string resume_warning(const ByteCorpus& corpus, const std::string& extras_json,
+                           const std::string& checkpoint_dir) {
   rapidjson::Document extras;
   extras.Parse<rapidjson::kParseFullPrecisionFlag>(extras_json.data(), extras_json.size());
-  if (extras.HasParseError() || !extras.IsObject() || !extras.HasMember("corpus") ||
-      !extras["corpus"].IsObject())
-    return "";
+  if (!written_by_fsdp_train(extras)) {
+    return fmt::format(
+        "note: '{}' was not written by fsdp-train (an import, e.g. fsdp-ckpt import-dcp?): the "
+        "run's "
+        "options come from the command line alone, so give the model shape, --batch, --steps and "
+        "schedule it was trained with; training continues after its step",
+        checkpoint_dir);
+  }
+  if (!extras.HasMember("corpus") || !extras["corpus"].IsObject()) return "";
   const rapidjson::Value& recorded = extras["corpus"];
   std::string saved;
   int64_t saved_bytes = 0;

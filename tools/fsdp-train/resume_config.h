@@ -21,13 +21,17 @@ namespace fsdp_train {
 std::string checkpoint_extras(const TrainOptions& options, const ByteCorpus& corpus, int world_size);
 
 // Fills the options not given on the command line from `extras` and returns
-// one message per conflict between a given option and the checkpoint.
+// one message per conflict between a given option and the checkpoint. A
+// checkpoint fsdp-train did not write (an import) records no options: the
+// command line alone then defines the run.
 std::vector<std::string> adopt_checkpoint_options(TrainOptions& options,
                                                   const std::string& extras_json,
                                                   const std::string& checkpoint_dir);
 
-// A warning ("" if none) when the corpus differs from the checkpoint's: the
-// run then continues on other data than it started on.
-std::string corpus_mismatch_warning(const ByteCorpus& corpus, const std::string& extras_json);
+// What to tell the user ("" if nothing) about continuing from this
+// checkpoint: that fsdp-train did not write it, or that the corpus differs
+// from its own (the run then continues on other data than it started on).
+std::string resume_warning(const ByteCorpus& corpus, const std::string& extras_json,
+                           const std::string& checkpoint_dir);
 
 }  // namespace fsdp_train

@@ -216,7 +216,7 @@ void Trainer::resume_if_asked() {
 
 // Rank 0: the header, config.json and metrics.jsonl.
 void Trainer::start_outputs(const fsdp::MemoryStats& initial) {
-  if (!s_.corpus_warning.empty()) fmt::print("fsdp-train: {}\n", s_.corpus_warning);
+  if (!s_.resume_warning.empty()) fmt::print("fsdp-train: {}\n", s_.resume_warning);
   RunHeader header;
   header.options = &o_;
   header.layout = &s_.layout;

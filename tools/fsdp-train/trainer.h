@@ -32,7 +32,7 @@ struct TrainSetup {
   // so, printed instead of training (main.cpp, [Note: a finished run under
   // --resume auto]).
   std::string finished;
-  std::string corpus_warning;
+  std::string resume_warning;
   int local_rank = 0;      // on this node; local rank 0 writes the progress file
   RestartEnv restart;      // which start of the job this is (restart_env.h)
   StartTimeline timeline;  // when this start's phases ended, for the restart latency

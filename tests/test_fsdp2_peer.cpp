@@ -13,9 +13,14 @@
 #include <gtest/gtest.h>
 #include <torch/version.h>
 
+#include <ATen/ATen.h>
+
 #include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "fsdp/checkpoint/convert.h"
+#include "fsdp/checkpoint/safetensors.h"
 #include "harness/child_process.h"
 #include "harness/shell_command.h"
 #include "harness/temp_dir.h"
@@ -173,42 +178,71 @@ void expect_steps_4_to_6_agree(const std::string& resumed, const std::string& un
   }
 }
 
-TEST(DcpInterop, AnFsdp2RunSavedWithDcpTrainsOnInFsdpTrain) {
-  ASSERT_EQ(missing_peer(), "");
-  fsdp::testing::TempDir work("dcp-import");
-  std::filesystem::create_directories(work / "torch");
-  const CommandRun whole = on_two_ranks(kPeer + " --metrics " + work / "torch/metrics.jsonl");
+// Each case works in a fresh directory with a torch/ for FSDP2's metrics.
+class DcpInterop : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(missing_peer(), "");
+    std::filesystem::create_directories(work_ / "torch");
+  }
+  std::string at(const std::string& name) const { return work_ / name; }
+
+ private:
+  fsdp::testing::TempDir work_{"dcp"};
+};
+
+TEST_F(DcpInterop, AnFsdp2RunSavedWithDcpTrainsOnInFsdpTrain) {
+  const CommandRun whole = on_two_ranks(kPeer + " --metrics " + at("torch/metrics.jsonl"));
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const CommandRun saved = on_two_ranks(kPeer + " --stop-after 3 --save-dcp " +
-                                        work / "dcp --metrics " + work / "first.jsonl");
+  const CommandRun saved = on_two_ranks(kPeer + " --stop-after 3 --save-dcp " + at("dcp") +
+                                        " --metrics " + at("first.jsonl"));
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   const CommandRun imported =
-      run_command(kFsdpCkpt + " import-dcp " + work / "dcp --out " + work / "imported");
+      run_command(kFsdpCkpt + " import-dcp " + at("dcp") + " --out " + at("imported"));
   ASSERT_EQ(imported.exit_code, 0) << imported.output;
-  EXPECT_TRUE(contains(imported.output, "wrote " + work / "imported" + " for 1 ranks (step 3)"))
+  EXPECT_TRUE(contains(imported.output, "wrote " + at("imported") + " for 1 ranks (step 3)"))
       << imported.output;
   // One rank goes on from the two ranks' save.
   const CommandRun cpp =
-      run_command(kFsdpTrain + " --resume " + work / "imported --run-dir " + work / "cpp");
+      run_command(kFsdpTrain + " --resume " + at("imported") + " --run-dir " + at("cpp"));
   ASSERT_EQ(cpp.exit_code, 0) << cpp.output;
   EXPECT_TRUE(contains(cpp.output, "was not written by fsdp-train")) << cpp.output;
-  expect_steps_4_to_6_agree(work / "cpp", work / "torch");
+  expect_steps_4_to_6_agree(at("cpp"), at("torch"));
 }
 
-TEST(DcpInterop, AnFsdpTrainCheckpointExportedAsDcpTrainsOnInFsdp2) {
-  ASSERT_EQ(missing_peer(), "");
-  fsdp::testing::TempDir work("dcp-export");
-  std::filesystem::create_directories(work / "torch");
-  const CommandRun whole = on_two_ranks(kFsdpTrain + " --save-every 3 --run-dir " + work / "cpp");
+TEST_F(DcpInterop, AnFsdpTrainCheckpointExportedAsDcpTrainsOnInFsdp2) {
+  const CommandRun whole = on_two_ranks(kFsdpTrain + " --save-every 3 --run-dir " + at("cpp"));
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   const CommandRun exported = run_command(
-      kFsdpCkpt + " export-dcp " + work / "cpp/checkpoints/step-00000003 --out " + work / "dcp");
+      kFsdpCkpt + " export-dcp " + at("cpp/checkpoints/step-00000003") + " --out " + at("dcp"));
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   // FSDP2 alone (world size 1) goes on from the two ranks' save.
   const CommandRun torch =
-      run_command(kPeer + " --load-dcp " + work / "dcp --metrics " + work / "torch/metrics.jsonl");
+      run_command(kPeer + " --load-dcp " + at("dcp") + " --metrics " + at("torch/metrics.jsonl"));
   ASSERT_EQ(torch.exit_code, 0) << torch.output;
-  expect_steps_4_to_6_agree(work / "torch", work / "cpp");
+  expect_steps_4_to_6_agree(at("torch"), at("cpp"));
+}
+
+// A python3 whose `import torch` fails: the converter's own message, then
+// fsdp-ckpt's, and neither the output nor the file between them is left.
+TEST_F(DcpInterop, WithoutPyTorchExportDcpSaysSoAndLeavesNothing) {
+  fsdp::ckpt::safetensors::save_file(at("w.safetensors"), {{"w", at::ones({2, 3})}});
+  fsdp::ckpt::import_safetensors(at("w.safetensors"), 1, at("ckpt"), /*overwrite=*/false);
+  std::filesystem::create_directories(at("fake/torch"));
+  std::ofstream(at("fake/torch/__init__.py")) << "raise ImportError('this torch is a test fake')\n";
+  const std::string torchless = at("torchless-python3");
+  std::ofstream(torchless) << "#!/bin/sh\nPYTHONPATH='" + at("fake") + "' exec python3 \"$@\"\n";
+  std::filesystem::permissions(torchless, std::filesystem::perms::owner_all);
+  const CommandRun no_torch = run_command(kFsdpCkpt + " export-dcp " + at("ckpt") + " --out " +
+                                          at("dcp") + " --python " + torchless);
+  EXPECT_EQ(no_torch.exit_code, 1);
+  EXPECT_TRUE(contains(no_torch.output, "python3 could not import it (this torch is a test fake)"))
+      << no_torch.output;
+  EXPECT_TRUE(contains(no_torch.output, "'" + torchless + "' has no usable PyTorch (said above)"))
+      << no_torch.output;
+  EXPECT_FALSE(std::filesystem::exists(at("dcp")));
+  for (const auto& entry : std::filesystem::directory_iterator(at(".")))
+    EXPECT_FALSE(contains(entry.path().filename().string(), "dcp")) << entry.path() << " was left";
 }
 
 }  // namespace

@@ -112,9 +112,8 @@ void FlatParamGrads::make_sharded_grad() {
   sharded_grad_ = at::zeros_like(group_.sharded_flat());
   for (int64_t i = 0; i < group_.layout().num_params(); ++i) {
     const auto slice = group_.local_slice(i);
-    at::Tensor view = sharded_grad_.narrow(0, slice.shard_offset, slice.numel);
-    // Aliased units' sharded views are the full-shaped parameters.
-    if (group_.is_aliased()) view = view.view(group_.shapes()[static_cast<size_t>(i)]);
+    at::Tensor view =
+        sharded_grad_.narrow(0, slice.shard_offset, slice.numel).view(group_.local_shape(i));
     sharded_grad_views_.push_back(plain_alias(sharded_grad_, view));
   }
 }

@@ -50,7 +50,9 @@ FlatParamGroup::FlatParamGroup(std::vector<at::Tensor> params, std::vector<std::
     shapes_.push_back(p.sizes().vec());
     numels.push_back(p.numel());
   }
-  layout_ = ShardLayout(numels, groups_.shard->size());
+  layout_ = ShardLayout(numels, groups_.shard->size(),
+                        plan_.keeps_params_whole ? ShardLayout::Placement::kWholeParams
+                                                 : ShardLayout::Placement::kEvenSplit);
   TORCH_INTERNAL_ASSERT(!groups_.post_forward ||
                         layout_.padded_numel() % groups_.post_forward->size() == 0);
   // Offloading keeps the shards in host memory and copies them to the
@@ -106,11 +108,13 @@ void FlatParamGroup::make_sharded_storage(const at::TensorOptions& options, at::
   sharded_flat_ = at::zeros({layout_.shard_numel()}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto slice = layout_.local_slice(static_cast<int64_t>(i), rank);
-    at::Tensor view = sharded_flat_.narrow(0, slice.shard_offset, slice.numel);
+    at::Tensor view = sharded_flat_.narrow(0, slice.shard_offset, slice.numel)
+                          .view(local_shape(static_cast<int64_t>(i)));
     // Deferred parameters (no storage yet) are filled later, by
     // load_full_param(); see [Note: deferred initialization].
     if (!is_deferred(params_[i])) {
-      view.copy_(params_[i].detach().reshape(-1).narrow(0, slice.param_begin, slice.numel));
+      view.view(-1).copy_(
+          params_[i].detach().reshape(-1).narrow(0, slice.param_begin, slice.numel));
     }
     sharded_views_.push_back(view);
   }
@@ -129,6 +133,13 @@ ShardLayout::LocalSlice FlatParamGroup::local_slice(int64_t param) const {
   if (!plan_.aliased) return layout_.local_slice(param, groups_.shard->rank());
   const auto& slot = layout_.slot(param);
   return ShardLayout::LocalSlice{0, slot.numel, slot.offset};
+}
+
+std::vector<int64_t> FlatParamGroup::local_shape(int64_t param) const {
+  const auto slice = local_slice(param);
+  const bool full_shaped =
+      (plan_.aliased || plan_.keeps_params_whole) && slice.numel == layout_.slot(param).numel;
+  return full_shaped ? shapes_.at(static_cast<size_t>(param)) : std::vector<int64_t>{slice.numel};
 }
 
 // Every ParamState change goes through here; see [Note: the states of a

@@ -5,9 +5,10 @@
 // (unit_state.h).
 //
 // The user's parameters keep their identity: only their data is swapped with
-// set_data() between a 1-D view of the local shard (at rest) and a view of
-// the gathered flat buffer (in forward and backward). See [Note: flat shard
-// layout] in fsdp/shard_layout.h.
+// set_data() between a view of the local shard (at rest: 1-D, or the full
+// shape under [Note: whole-parameter placement]) and a view of the gathered
+// flat buffer (in forward and backward). See [Note: flat shard layout] in
+// fsdp/shard_layout.h.
 //
 // Implemented in flat_param_group.cpp (parameters) and flat_param_full.cpp
 // (full parameters outside training).
@@ -128,6 +129,10 @@ class FlatParamGroup {
   // The part of parameter `param` this rank holds: its local slice of the
   // shard layout, or the whole parameter when nothing is sharded (aliased).
   ShardLayout::LocalSlice local_slice(int64_t param) const;
+  // The shape of parameter `param` (and of its sharded .grad()) at rest:
+  // its full shape where this rank holds all of it and the unit is aliased
+  // or keeps parameters whole, otherwise 1-D.
+  std::vector<int64_t> local_shape(int64_t param) const;
   const std::vector<at::Tensor>& params() const { return params_; }
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<std::vector<int64_t>>& shapes() const { return shapes_; }

@@ -105,6 +105,10 @@ void UnitOptions::validate(ShardingStrategy strategy) const {
                                  reshard_after_forward_group_size_.value_or(0));
   }
   if (mp_) check_mixed_precision(*mp_);
+  TORCH_CHECK(!keep_params_whole_ || detail::traits_of(strategy).shards_params,
+              "fsdp: keep_params_whole has no effect with strategy ", to_string(strategy),
+              ", where every rank holds every parameter whole; drop the option, or shard "
+              "(e.g. kFullShard)");
 }
 
 }  // namespace fsdp

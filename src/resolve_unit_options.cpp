@@ -73,6 +73,7 @@ UnitPlan resolve_plan(const DiscoveredUnit& unit, const FullyShardOptions& root_
   plan.aliased = !plan.shards_across_ranks && flat.compute_dtype == param_dtype_of(unit) &&
                  !flat.offload_to_cpu;
   plan.reduces_grads = !plan.aliased || plan.replicates;
+  plan.keeps_params_whole = unit.module->unit_options().keep_params_whole();
   resolve_resharding(plan, unit, root_options, groups.shard->size());
   return plan;
 }

@@ -108,7 +108,7 @@ void UnitModule::set_gradient_divide_factor(double factor, bool recurse) {
   for (detail::UnitState* unit : units) {
     TORCH_CHECK(!unit->params().is_aliased(), "fsdp: set_gradient_divide_factor(", factor,
                 "): unit '", detail::display_name(unit->name()),
-                "' keeps its parameters whole (one rank in its shard group, no mixed precision), "
+                "' is not sharded (one rank in its shard group, no mixed precision), "
                 "and libfsdp does not support a divide factor there; scale the loss by "
                 "(ranks / factor) instead, or set it only on sharded units (recurse = false)");
   }

@@ -33,6 +33,9 @@ struct UnitPlan {
   // unit's current one is UnitState's, which this seeds (see [Note: runtime
   // switches] in unit_state.h).
   bool reshards_after_forward = true;
+  // Each parameter lies whole in one rank's shard (UnitOptions::
+  // keep_params_whole); see [Note: whole-parameter placement].
+  bool keeps_params_whole = false;
   // k of the k-rank post-forward group, or 0 for none (a plain reshard, or
   // no reshard). See [Note: resharding to a smaller group].
   int post_forward_group_size = 0;

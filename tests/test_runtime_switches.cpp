@@ -173,7 +173,7 @@ TEST(GradientDivideFactorErrors, NamesTheValueAndTheFix) {
     auto ddp =
         fully_shard(replicated, FullyShardOptions(ctx.group).strategy(ShardingStrategy::kNoShard));
     EXPECT_THROWS_WITH(ddp->set_gradient_divide_factor(1.0),
-                       "unit '<root>' keeps its parameters whole (one rank in its shard group, no "
+                       "unit '<root>' is not sharded (one rank in its shard group, no "
                        "mixed precision), and libfsdp does not support a divide factor there");
   });
 }

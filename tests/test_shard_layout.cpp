@@ -1,7 +1,8 @@
 // fsdp::ShardLayout is pure arithmetic (see [Note: flat shard layout] in
 // fsdp/shard_layout.h), so it is checked exhaustively: every list of up to
 // three parameter sizes drawn from a set that covers empty, scalar-sized,
-// smaller-than-the-world and uneven parameters, at every world size 1-8.
+// smaller-than-the-world and uneven parameters, at every world size 1-8,
+// under both placements.
 
 #include <gtest/gtest.h>
 
@@ -115,9 +116,17 @@ void check_slices(const ShardLayout& layout, const std::string& what) {
     EXPECT_EQ(covered, layout.slot(p).numel)
         << what << ", parameter " << p << ": the ranks' slices do not add up to the parameter";
   }
+  // Slots never overlap; the elements outside every slot are padding.
+  std::vector<int> in_slots(static_cast<size_t>(layout.padded_numel()), 0);
+  for (int64_t p = 0; p < layout.num_params(); ++p) {
+    const auto& slot = layout.slot(p);
+    for (int64_t e = slot.offset; e < slot.offset + slot.numel; ++e)
+      ++in_slots[static_cast<size_t>(e)];
+  }
   for (int64_t e = 0; e < layout.padded_numel(); ++e) {
-    const int expected = e < layout.total_numel() ? 1 : 0;  // padding belongs to no parameter
-    EXPECT_EQ(owners[static_cast<size_t>(e)], expected) << what << ", flat element " << e;
+    EXPECT_LE(in_slots[static_cast<size_t>(e)], 1) << what << ", flat element " << e;
+    EXPECT_EQ(owners[static_cast<size_t>(e)], in_slots[static_cast<size_t>(e)])
+        << what << ", flat element " << e;
     if (::testing::Test::HasFailure()) return;
   }
 }
@@ -132,6 +141,39 @@ bool check_layout(const std::vector<int64_t>& numels, int world) {
   check_slots(layout, numels, what);
   if (::testing::Test::HasFailure()) return false;
   check_slices(layout, what);
+  return !::testing::Test::HasFailure();
+}
+
+// Placement::kWholeParams: each non-empty parameter whole on exactly one
+// rank, the shard exactly the most loaded rank's parameters, and no more
+// than the largest parameter over an even split (the greedy bound).
+bool check_whole_layout(const std::vector<int64_t>& numels, int world) {
+  const std::string what = describe(numels, world) + ", whole";
+  const ShardLayout layout(numels, world, ShardLayout::Placement::kWholeParams);
+  EXPECT_EQ(layout.placement(), ShardLayout::Placement::kWholeParams) << what;
+  check_slices(layout, what);
+  if (::testing::Test::HasFailure()) return false;
+  std::vector<int64_t> loads(static_cast<size_t>(world), 0);
+  for (int64_t p = 0; p < layout.num_params(); ++p) {
+    int holders = 0;
+    for (int r = 0; r < world; ++r) {
+      const auto s = layout.local_slice(p, r);
+      if (s.numel == 0) continue;
+      ++holders;
+      loads[static_cast<size_t>(r)] += s.numel;
+      EXPECT_EQ(s.numel, layout.slot(p).numel) << what << ", parameter " << p << " is split";
+    }
+    EXPECT_EQ(holders, layout.slot(p).numel > 0 ? 1 : 0) << what << ", parameter " << p;
+  }
+  const int64_t total = std::accumulate(numels.begin(), numels.end(), int64_t{0});
+  const int64_t largest = numels.empty() ? 0 : *std::max_element(numels.begin(), numels.end());
+  EXPECT_EQ(layout.total_numel(), total) << what;
+  EXPECT_EQ(layout.padded_numel(), layout.shard_numel() * world) << what;
+  EXPECT_EQ(layout.shard_numel(),
+            std::max<int64_t>(1, *std::max_element(loads.begin(), loads.end())))
+      << what;
+  EXPECT_LE(layout.shard_numel(), std::max<int64_t>(1, (total + world - 1) / world + largest))
+      << what;
   return !::testing::Test::HasFailure();
 }
 
@@ -158,6 +200,43 @@ TEST(ShardLayout, ExhaustiveUpToThreeParamsAndEightRanks) {
     }
   }
   EXPECT_EQ(layouts, 8 * (1 + 9 + 81 + 729));
+}
+
+TEST(ShardLayout, WholeParamsExhaustiveUpToThreeParamsAndEightRanks) {
+  for (int world = 1; world <= 8; ++world) {
+    ASSERT_TRUE(check_whole_layout({}, world));
+    for (int64_t a : kSizes) {
+      for (int64_t b : kSizes) {
+        for (int64_t c : kSizes) ASSERT_TRUE(check_whole_layout({a, b, c}, world));
+      }
+    }
+  }
+}
+
+TEST(ShardLayout, WholeParamsRandomManyParameterLayouts) {
+  std::mt19937_64 rng(20261206);
+  std::uniform_int_distribution<int> count(0, 24);
+  std::uniform_int_distribution<int64_t> size(0, 300);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<int64_t> numels(static_cast<size_t>(count(rng)));
+    for (auto& n : numels) n = size(rng);
+    for (int world = 1; world <= 8; ++world) ASSERT_TRUE(check_whole_layout(numels, world));
+  }
+}
+
+// The convention, worked: largest first, each to the least-loaded rank (ties
+// to the lower rank); within a shard, the unit's order. {6, 5, 4, 3, 2} over
+// two ranks puts 6, 3, 2 on rank 0 (11) and 5, 4 on rank 1 (9):
+//   flat:   [p0 x6, p3 x3, p4 x2 | p1 x5, p2 x4, pad x2]
+TEST(ShardLayout, WholeParamsWorkedExample) {
+  const ShardLayout layout({6, 5, 4, 3, 2}, 2, ShardLayout::Placement::kWholeParams);
+  EXPECT_EQ(layout.shard_numel(), 11);
+  EXPECT_EQ(layout.padding(), 2);
+  const int64_t offsets[] = {0, 11, 16, 6, 9};
+  for (int64_t p = 0; p < 5; ++p) EXPECT_EQ(layout.slot(p).offset, offsets[p]) << "parameter " << p;
+  EXPECT_EQ(layout.local_slice(3, 0).shard_offset, 6);
+  EXPECT_EQ(layout.local_slice(2, 1).shard_offset, 5);
+  EXPECT_EQ(ShardLayout({6, 5}, 2).placement(), ShardLayout::Placement::kEvenSplit);
 }
 
 TEST(ShardLayout, EverySingleParameterSizeUpTo64) {

@@ -200,6 +200,16 @@ struct UnitOptions {
   TORCH_ARG(c10::optional<MixedPrecisionPolicy>, mp) = c10::nullopt;
   /// Default: the root's `prefetch`.
   TORCH_ARG(c10::optional<bool>, prefetch) = c10::nullopt;
+  /// Keep each of the unit's parameters whole on one rank of its shard
+  /// group, balanced by size, instead of splitting every parameter across
+  /// ranks (FSDP2's `shard_placement_fn`): for optimizers that need whole
+  /// matrices, such as Muon or Shampoo. On its owner a parameter (and its
+  /// `.grad()`) has its full shape; elsewhere it is empty, so an optimizer
+  /// skips parameters with no elements. Gradients are reduced to the owner,
+  /// and its update reaches the others at the next all-gather. Shards then
+  /// grow by up to the largest parameter (docs/using-libfsdp.md). Refused
+  /// with kNoShard, which shards nothing. Default: false.
+  TORCH_ARG(bool, keep_params_whole) = false;
 
  public:
   // Throws c10::Error naming the bad field, its value and the fix.

@@ -213,7 +213,20 @@ TEST(Launcher, BadInputIsRejectedWithExitCode2AndTheFix) {
        "fsdp-run: --memory-limit '3X' is not a size; pass bytes, or a number with K, M, G or T "
        "(powers of 1024), e.g. --memory-limit 3G"},
       {{"--memory-limit", "0", "--", kProbe}, "--memory-limit '0' is not a size"},
-      {{"--nnodes", "1:4", "--", kProbe}, "fsdp-run has no elastic mode"},
+      {{"--nnodes", "3:2", "--", kProbe},
+       "fsdp-run: --nnodes must be a whole number of nodes >= 1, or an elastic range MIN:MAX "
+       "with 1 <= MIN <= MAX, got '3:2' (e.g. --nnodes 2 or --nnodes 1:2)"},
+      {{"--nnodes", "1:", "--", kProbe}, "an elastic range MIN:MAX"},
+      {{"--nnodes", "1:2", "--node-rank", "2", "--", kProbe}, "--node-rank must be in [0, 2)"},
+      {{"--rdzv-last-call", "5", "--", kProbe},
+       "fsdp-run: --rdzv-last-call and --rdzv-timeout apply to elastic jobs only; give --nnodes "
+       "as MIN:MAX (e.g. --nnodes 1:2) or drop them"},
+      {{"--nnodes", "1:2", "--rdzv-timeout", "never", "--", kProbe},
+       "fsdp-run: --rdzv-timeout must be a number of seconds from 0 to 86400, got 'never'"},
+      {{"--nnodes", "1:2", "--master-port", "65535", "--", kProbe},
+       "leaves no port for the workers' store, which an elastic job puts at --master-port + 1"},
+      {{"--standalone", "--nnodes", "1:1", "--", kProbe},
+       "--standalone runs a single node without a rendezvous"},
       {{"--nproc-per-node", "2", "--"}, "fsdp-run: no program to run; give it after '--'"},
       {{"--nproc-per-node", "2"}, "fsdp-run: no program to run"},
       {{"--bogus", "--", kProbe}, "fsdp-run: unknown option '--bogus'"},
@@ -281,17 +294,25 @@ TEST(Launcher, HelpDocumentsEveryFlagWithItsDefault) {
   Result r = run_launcher({"--help"});
   ASSERT_TRUE(r.exited_with(0)) << r.describe();
   for (const char* text :
-       {"--nproc-per-node,--nproc_per_node N=1", "--nnodes N=1", "--node-rank,--node_rank R=0",
-        "--master-addr,--master_addr HOST=127.0.0.1", "--master-port,--master_port PORT=29500",
-        "--standalone", "--no-prefix", "--grace-period,--grace_period SECONDS=5",
-        "--timeout SECONDS", "FSDP_COMM_TIMEOUT", "--memory-limit,--memory_limit SIZE", "RLIMIT_DATA",
-        "-- PROGRAM [ARGS...]", "[rank R]", "mpirun", "srun", "--nnodes 2 --node-rank 1"}) {
+       {"--nproc-per-node,--nproc_per_node N=1", "--nnodes N|MIN:MAX=1",
+        "--node-rank,--node_rank R=0", "--master-addr,--master_addr HOST=127.0.0.1",
+        "--master-port,--master_port PORT=29500", "--standalone", "--no-prefix",
+        "--grace-period,--grace_period SECONDS=5", "--timeout SECONDS", "FSDP_COMM_TIMEOUT",
+        "--memory-limit,--memory_limit SIZE", "RLIMIT_DATA", "-- PROGRAM [ARGS...]", "[rank R]",
+        "mpirun", "srun", "--nnodes 2 --node-rank 1"}) {
     EXPECT_TRUE(contains(r.out, text)) << "help lacks '" << text << "'\n" << r.out;
   }
   // [Note: restarts]: the flag, the rules and the variables the workers get.
   for (const char* text : {"--max-restarts,--max_restarts K=0", "RESTARTS", "Same step",
                            "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                            "FSDP_RUN_PROGRESS_FILE", "FSDP_RUN_FAILURE_TIME", "--resume auto"}) {
+    EXPECT_TRUE(contains(r.out, text)) << "help lacks '" << text << "'\n" << r.out;
+  }
+  // [Note: elastic membership]: the flags, who hosts, and what losing a node does.
+  for (const char* text :
+       {"--rdzv-last-call,--rdzv_last_call SECONDS", "(default: 30)",
+        "--rdzv-timeout,--rdzv_timeout SECONDS", "(default: 900)", "ELASTIC JOBS",
+        "--master-port + 1", "Losing node 0 ends the job", "--nnodes 1:2 --node-rank 0"}) {
     EXPECT_TRUE(contains(r.out, text)) << "help lacks '" << text << "'\n" << r.out;
   }
 }

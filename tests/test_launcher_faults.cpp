@@ -1,6 +1,7 @@
 // fsdp-run when things go wrong: a failing or killed worker stops the
 // others and is named, signals to the launcher reach every worker and its
-// children, and no worker outlives the launcher, even a SIGKILLed one.
+// children, no worker outlives the launcher, even a SIGKILLed one, and an
+// elastic job goes on without a lost node.
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 
 #include "harness/child_process.h"
 #include "harness/fsdp_run.h"
+#include "harness/multiprocess.h"
 
 namespace {
 
@@ -300,6 +302,133 @@ TEST(LauncherFaults, SigkilledLauncherLeavesNoOrphans) {
   Result r = launch.wait(kStopLimit);
   EXPECT_TRUE(r.killed_by(SIGKILL)) << r.describe();
   expect_all_gone(read_pids(dir, "pid", 2), "rank");
+}
+
+// ---- elastic jobs (issue #33, point 2) --------------------------------------
+
+// A worker that says where it sits and waits to be stopped; with
+// `first_start_only`, a restarted one exits 0 at once.
+std::vector<std::string> elastic_worker(bool first_start_only) {
+  const std::string wait = first_start_only
+                               ? "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then sleep 60; fi"
+                               : "sleep 60";
+  return {"/bin/sh", "-c",
+          "echo start rank=$RANK world=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT; " + wait};
+}
+
+// One node of a --nnodes 1:2 job of 2 workers per node at `port`.
+std::vector<std::string> elastic_node(int node, int port, const std::vector<std::string>& worker,
+                                      const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {
+      "--nnodes",         "1:2", "--node-rank",    std::to_string(node),
+      "--nproc-per-node", "2",   "--master-port",  std::to_string(port),
+      "--rdzv-last-call", "1",   "--grace-period", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.push_back("--");
+  args.insert(args.end(), worker.begin(), worker.end());
+  return args;
+}
+
+bool node_started(const TempDir& dir, int first_rank) {
+  return contains(read_file(dir / "child.out"),
+                  "[rank " + std::to_string(first_rank + 1) + "] start rank=");
+}
+
+// Both nodes of a --nnodes 1:2 job running `worker`; node 0 restarts twice.
+struct TwoNodes {
+  explicit TwoNodes(const std::vector<std::string>& worker)
+      : node0(dir0, elastic_node(0, port, worker, {"--max-restarts", "2"})),
+        node1(dir1, elastic_node(1, port, worker)) {}
+  bool started() const { return node_started(dir0, 0) && node_started(dir1, 2); }
+
+  TempDir dir0{"fsdp-elastic"}, dir1{"fsdp-elastic"};
+  int port = free_tcp_port();
+  Launch node0, node1;
+};
+
+// [Note: elastic membership]: node 1's fsdp-run is killed with its workers;
+// node 0 restarts the job with the nodes left, renumbered.
+TEST(LauncherFaults, ElasticJobGoesOnWithTheNodesLeftWhenOneIsLost) {
+  TwoNodes job(elastic_worker(true));
+  ASSERT_TRUE(wait_until([&] { return job.started(); }, 30s))
+      << read_file(job.dir0 / "child.err") << read_file(job.dir1 / "child.err");
+  EXPECT_TRUE(
+      contains(read_file(job.dir1 / "child.out"), "[rank 3] start rank=3 world=4 restart=0"));
+  ASSERT_EQ(kill(job.node1.pid(), SIGKILL), 0);
+  EXPECT_TRUE(job.node1.wait(kStopLimit).killed_by(SIGKILL));
+  Result r = job.node0.wait(kJobLimit);
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  for (const char* text :
+       {"[rank 0] start rank=0 world=4 restart=0", "[rank 1] start rank=1 world=2 restart=1"}) {
+    EXPECT_TRUE(contains(r.out, text)) << text << "\n" << r.describe();
+  }
+  for (const char* text :
+       {"fsdp-run: round 1: 2 node(s), world size 4",
+        "fsdp-run: restart 1 of 2: rank 2 was lost with node 1: its fsdp-run's connection "
+        "closed (the agent was killed or its machine is gone); the group stopped in ",
+        "fsdp-run: round 2: 1 node(s), world size 2"}) {
+    EXPECT_TRUE(contains(r.err, text)) << text << "\n" << r.describe();
+  }
+}
+
+// A lost node that comes back joins at the next restart: here, the one
+// after rank 0 fails in the round that went on without it.
+TEST(LauncherFaults, ElasticNodeThatComesBackRejoinsAtTheNextRestart) {
+  TempDir dir0("fsdp-elastic"), dir1("fsdp-elastic"), dir1_again("fsdp-elastic");
+  const int port = free_tcp_port();
+  const std::vector<std::string> worker = {
+      "/bin/sh", "-c",
+      "echo start rank=$RANK world=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT; "
+      "case $TORCHELASTIC_RESTART_COUNT in 0) sleep 60;; "
+      "1) sleep 5; if [ $RANK = 0 ]; then exit 3; fi; sleep 60;; esac"};
+  Launch node0(dir0, elastic_node(0, port, worker, {"--max-restarts", "3"}));
+  {
+    Launch node1(dir1, elastic_node(1, port, worker));
+    ASSERT_TRUE(wait_until([&] { return node_started(dir1, 2); }, 30s));
+    ASSERT_EQ(kill(node1.pid(), SIGKILL), 0);
+  }
+  ASSERT_TRUE(wait_until(
+      [&] { return contains(read_file(dir0 / "child.err"), "round 2: 1 node(s), world size 2"); },
+      30s))
+      << read_file(dir0 / "child.err");
+  Launch node1_again(dir1_again, elastic_node(1, port, worker));
+  Result r = node0.wait(kJobLimit);
+  Result again = node1_again.wait(kStopLimit);
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_TRUE(again.exited_with(0)) << again.describe();
+  for (const char* text : {"fsdp-run: restart 2 of 3: rank 0 exited with code 3",
+                           "fsdp-run: round 3: 2 node(s), world size 4"}) {
+    EXPECT_TRUE(contains(r.err, text)) << text << "\n" << r.describe();
+  }
+  EXPECT_TRUE(contains(again.out, "[rank 3] start rank=3 world=4 restart=2")) << again.describe();
+}
+
+// Node 0 hosts the rendezvous: the others cannot go on without it.
+TEST(LauncherFaults, ElasticJobThatLosesNodeZeroEndsOnTheOthersNamingIt) {
+  TwoNodes job(elastic_worker(false));
+  ASSERT_TRUE(wait_until([&] { return job.started(); }, 30s));
+  ASSERT_EQ(kill(job.node0.pid(), SIGKILL), 0);
+  Result r = job.node1.wait(kStopLimit);
+  EXPECT_TRUE(r.exited_with(1)) << r.describe();
+  EXPECT_TRUE(contains(
+      r.err, "fsdp-run: lost the connection to node 0 (127.0.0.1:" + std::to_string(job.port) +
+                 "), which hosts the rendezvous; an elastic job cannot go on "
+                 "without node 0"))
+      << r.describe();
+}
+
+// Ctrl-C to node 0 ends the job on every node, restarts left or not.
+TEST(LauncherFaults, SigintToElasticNodeZeroEndsTheJobEverywhereWithoutRestarting) {
+  TwoNodes job(elastic_worker(false));
+  ASSERT_TRUE(wait_until([&] { return job.started(); }, 30s));
+  ASSERT_EQ(kill(job.node0.pid(), SIGINT), 0);
+  Result r0 = job.node0.wait(kStopLimit);
+  Result r1 = job.node1.wait(kStopLimit);
+  EXPECT_TRUE(r0.killed_by(SIGINT)) << r0.describe();
+  EXPECT_FALSE(contains(r0.err, "restart")) << r0.describe();
+  EXPECT_TRUE(r1.exited_with(128 + SIGINT)) << r1.describe();
+  EXPECT_TRUE(contains(r1.err, "fsdp-run: node 0's fsdp-run was told to stop; the job ends"))
+      << r1.describe();
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // fsdp-train and its run dir under faults (issue #13): a second run into a
 // dir in use, a full disk under the metrics, and resuming after a crash
-// (by hand, and with --resume auto as restarts do).
+// (by hand, with --resume auto as restarts do, and at a smaller world size
+// after an elastic job lost a node).
 // Run as a real program, as in test_trainer.cpp.
 
 #include <fcntl.h>
@@ -17,7 +18,9 @@
 #include <vector>
 
 #include "fsdp/checkpoint/reader.h"
+#include "harness/child_process.h"
 #include "harness/file_damage.h"
+#include "harness/fsdp_run.h"
 #include "harness/trainer_runs.h"
 
 namespace {
@@ -254,6 +257,61 @@ TEST(TrainerRunDir, ResumeAutoContinuesARunStoppedByItsTimeBudget) {
   EXPECT_EQ(continued.output.find("is complete"), std::string::npos) << continued.output;
   EXPECT_EQ(fsdp::ckpt::Reader::open(run + "/checkpoint").step(), 4);
   EXPECT_EQ(by_step(read_metrics(run)).size(), 4u);
+}
+
+// Issue #33, point 2 ([Note: elastic membership] in tools/fsdp-run): two
+// fsdp-run agents on this machine, --nnodes 1:2, 2 ranks each. Rank 2 kills
+// its node's fsdp-run and itself at the start of step 5 (the seam's
+// ":launcher"), so node 1 is lost whole, its other rank with it. Node 0
+// restarts the job alone, at world size 2, from the step-4 checkpoint, with
+// the global batch kept. Every step after it matches a run resumed from that
+// checkpoint at world size 2 by hand.
+TEST(TrainerRunDir, AnElasticJobThatLosesANodeFinishesOnTheNodeLeft) {
+  TempDir tmp;
+  const int port = free_tcp_port();
+  const auto common =
+      tiny({"--steps", "8", "--save-every", "2", "--sample-bytes", "0", "--eval-every", "0"});
+  const std::string run = tmp / "elastic";
+  const auto node = [&](int rank, std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        "--nnodes", "1:2",           "--node-rank",        std::to_string(rank), "--nproc-per-node",
+        "2",        "--master-port", std::to_string(port), "--rdzv-last-call",   "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return concat(
+        args,
+        concat({"--", FSDP_BIN_DIR "/fsdp-train", "--resume", "auto", "--run-dir", run}, common));
+  };
+  const std::vector<std::string> env = {"FSDP_TRAIN_TEST_SIGKILL_AT=2:5:0:launcher",
+                                        "OMP_NUM_THREADS=1"};
+  TempDir logs0, logs1;
+  ChildProcess node0(logs0, kLauncher, node(0, {"--max-restarts", "2"}), env);
+  ChildProcess node1(logs1, kLauncher, node(1, {}), env);
+  const ChildResult r = node0.wait(kTrainerRunLimit);
+  const ChildResult lost = node1.wait(kTrainerRunLimit);
+  ASSERT_TRUE(r.exited_with(0)) << r.describe() << lost.describe();
+  EXPECT_TRUE(lost.killed_by(SIGKILL)) << lost.describe();
+  const std::string checkpoint = run + "/checkpoints/step-00000004";
+  for (const std::string& text : {std::string("fsdp-run: round 1: 2 node(s), world size 4"),
+                                  std::string("fsdp-run: restart 1 of 2: "),
+                                  std::string("fsdp-run: round 2: 1 node(s), world size 2"),
+                                  "resume    " + checkpoint + " at step 4"}) {
+    EXPECT_TRUE(contains(r.out + r.err, text)) << text << "\n" << r.describe();
+  }
+  const std::string by_hand = tmp / "by_hand";
+  expect_all_ok(
+      run_trainer_ranks(concat(common, {"--resume", checkpoint, "--run-dir", by_hand}), 2));
+  std::vector<JsonValue> steps, restarts;
+  for (auto& line : read_metrics(run))
+    (line.contains("restart") ? restarts : steps).push_back(line);
+  ASSERT_EQ(restarts.size(), 1u);
+  EXPECT_EQ(restarts[0].at("after_step"), 4);
+  const auto elastic = by_step(steps);
+  const auto reference = by_step(read_metrics(by_hand));
+  for (int64_t step = 5; step <= 8; ++step) {
+    ASSERT_TRUE(elastic.count(step) && reference.count(step)) << "step " << step;
+    expect_close(elastic.at(step).at("loss"), reference.at(step).at("loss"), 1e-4,
+                 "loss at step " + std::to_string(step));
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 
 #include "cli_help_format.h"
 
@@ -62,6 +63,24 @@ RESTARTS
   measure the restart's latency. The program resumes by itself, e.g.
     fsdp-run --standalone --nproc-per-node 2 --max-restarts 3 -- \
       fsdp-train --resume auto --run-dir runs/long --save-every 50
+
+ELASTIC JOBS
+  With --nnodes MIN:MAX every node runs the same command, with its own
+  --node-rank id; node 0 hosts the rendezvous at --master-addr:--master-port,
+  and the workers' store is at --master-port + 1. Node 0 starts a round of
+  the job at once when MAX nodes have joined, or --rdzv-last-call seconds
+  after MIN have. When a worker fails or a node is lost (its fsdp-run dies or
+  its machine goes away), every node stops its workers and node 0 applies
+  --max-restarts to the whole job: the next round forms from the nodes still
+  there (a node that comes back joins at the next restart), RANK and
+  WORLD_SIZE renumbered. Losing node 0 ends the job: the other nodes stop
+  their workers and exit 1, naming it. With fewer than MIN nodes after
+  --rdzv-timeout, the job fails. fsdp-train --resume auto resumes at the new
+  world size with the same global batch:
+    node0$ fsdp-run --nnodes 1:2 --node-rank 0 --nproc-per-node 2 \
+             --master-addr node0.example --max-restarts 3 -- \
+             fsdp-train --resume auto --run-dir /shared/run --save-every 50
+    node1$ (the same, with --node-rank 1)
 
 EXAMPLES
   Single node, 4 workers, free port picked on localhost:
@@ -141,6 +160,8 @@ struct RawFlags {
   std::string timeout;  // "" = FSDP_COMM_TIMEOUT as inherited, or the library's 300 s
   std::string memory_limit;  // "" = none
   std::string max_restarts = "0";
+  std::string rdzv_last_call;  // "" = 30 s
+  std::string rdzv_timeout;    // "" = 900 s
   bool standalone = false;
   bool no_prefix = false;
 };
@@ -154,28 +175,28 @@ std::string convert_layout(const RawFlags& raw, LaunchOptions& opts) {
         "(e.g. --nproc-per-node 2)",
         raw.nproc_per_node);
   }
-  if (raw.nnodes.find(':') != std::string::npos) {
+  const size_t colon = raw.nnodes.find(':');
+  opts.elastic = colon != std::string::npos;
+  auto min_nodes = to_long(opts.elastic ? raw.nnodes.substr(0, colon) : raw.nnodes);
+  auto nnodes = to_long(opts.elastic ? raw.nnodes.substr(colon + 1) : raw.nnodes);
+  if (!min_nodes || !nnodes || *min_nodes < 1 || *nnodes < *min_nodes || *nnodes > 65536) {
     return fmt::format(
-        "--nnodes '{}' is an elastic range; fsdp-run has no elastic mode, give a fixed "
-        "node count (e.g. --nnodes 2)",
+        "--nnodes must be a whole number of nodes >= 1, or an elastic range "
+        "MIN:MAX with 1 <= MIN <= MAX, got '{}' (e.g. --nnodes 2 or --nnodes 1:2)",
         raw.nnodes);
-  }
-  auto nnodes = to_long(raw.nnodes);
-  if (!nnodes || *nnodes < 1 || *nnodes > 65536) {
-    return fmt::format("--nnodes must be a whole number of nodes >= 1, got '{}' (e.g. --nnodes 2)",
-                       raw.nnodes);
   }
   auto node_rank = to_long(raw.node_rank);
   if (!node_rank || *node_rank < 0 || *node_rank >= *nnodes) {
     return fmt::format(
         "--node-rank must be in [0, {}) because --nnodes is {}, got '{}' (number the nodes "
         "0..{})",
-        *nnodes, *nnodes, raw.node_rank, *nnodes - 1);
+        *nnodes, raw.nnodes, raw.node_rank, *nnodes - 1);
   }
   if (*nproc * *nnodes > INT_MAX / 2) {
     return fmt::format("--nnodes {} x --nproc-per-node {} is too many ranks", *nnodes, *nproc);
   }
   opts.nproc_per_node = static_cast<int>(*nproc);
+  opts.min_nodes = static_cast<int>(*min_nodes);
   opts.nnodes = static_cast<int>(*nnodes);
   opts.node_rank = static_cast<int>(*node_rank);
   return "";
@@ -244,6 +265,36 @@ std::string check_standalone(const CLI::App& app, int nnodes) {
   return "";
 }
 
+// The elastic rendezvous's two waits, and the port after --master-port that
+// the workers' store takes.
+std::string convert_elastic(const RawFlags& raw, LaunchOptions& opts) {
+  if (!opts.elastic) {
+    if (raw.rdzv_last_call.empty() && raw.rdzv_timeout.empty()) return "";
+    return "--rdzv-last-call and --rdzv-timeout apply to elastic jobs only; give --nnodes as "
+           "MIN:MAX (e.g. --nnodes 1:2) or drop them";
+  }
+  if (opts.standalone) {
+    return "--standalone runs a single node without a rendezvous; drop it and give "
+           "--master-addr/--master-port for an elastic job";
+  }
+  if (opts.master_port == 65535) {
+    return "--master-port 65535 leaves no port for the workers' store, which an elastic job "
+           "puts at --master-port + 1; pick a lower port (e.g. --master-port 29500)";
+  }
+  for (const auto& [flag, text, seconds] :
+       {std::tuple{"--rdzv-last-call", raw.rdzv_last_call, &opts.rdzv_last_call_s},
+        std::tuple{"--rdzv-timeout", raw.rdzv_timeout, &opts.rdzv_timeout_s}}) {
+    if (text.empty()) continue;
+    const auto value = to_seconds(text);
+    if (!value) {
+      return fmt::format("{} must be a number of seconds from 0 to 86400, got '{}' (e.g. {} 30)",
+                         flag, text, flag);
+    }
+    *seconds = *value;
+  }
+  return "";
+}
+
 std::string convert_max_restarts(const RawFlags& raw, LaunchOptions& opts) {
   auto restarts = to_long(raw.max_restarts);
   if (!restarts || *restarts < 0 || *restarts > kMostRestarts) {
@@ -263,6 +314,8 @@ std::string convert(const RawFlags& raw, const CLI::App& app, LaunchOptions& opt
   if (error.empty()) error = convert_timeout(raw, opts);
   if (error.empty() && raw.standalone) error = check_standalone(app, opts.nnodes);
   if (error.empty()) error = convert_max_restarts(raw, opts);
+  opts.standalone = raw.standalone;
+  if (error.empty()) error = convert_elastic(raw, opts);
   if (error.empty() && !raw.memory_limit.empty()) {
     const auto bytes = to_bytes(raw.memory_limit);
     if (!bytes) {
@@ -273,7 +326,6 @@ std::string convert(const RawFlags& raw, const CLI::App& app, LaunchOptions& opt
       opts.memory_limit_bytes = *bytes;
     }
   }
-  opts.standalone = raw.standalone;
   opts.prefix_output = !raw.no_prefix;
   return error;
 }
@@ -283,12 +335,15 @@ void add_launcher_flags(CLI::App& app, RawFlags& raw) {
                  "Workers to start on this node")
       ->type_name("N")
       ->capture_default_str();
-  app.add_option("--nnodes", raw.nnodes, "Nodes in the job (one fsdp-run per node)")
-      ->type_name("N")
+  app.add_option("--nnodes", raw.nnodes,
+                 "Nodes in the job (one fsdp-run per node), or MIN:MAX for an elastic job "
+                 "that goes on with the nodes still there (see ELASTIC JOBS below)")
+      ->type_name("N|MIN:MAX")
       ->capture_default_str();
   app.add_option("--node-rank,--node_rank", raw.node_rank,
                  "This node's index, from 0 to nnodes-1; worker i gets "
-                 "RANK = node_rank * nproc_per_node + i")
+                 "RANK = node_rank * nproc_per_node + i. Elastic: the node's id (0 hosts "
+                 "the rendezvous), from 0 to MAX-1")
       ->type_name("R")
       ->capture_default_str();
   app.add_option("--master-addr,--master_addr", raw.master_addr,
@@ -324,6 +379,14 @@ void add_launcher_flags(CLI::App& app, RawFlags& raw) {
                  "RESTARTS below)")
       ->type_name("K")
       ->capture_default_str();
+  app.add_option("--rdzv-last-call,--rdzv_last_call", raw.rdzv_last_call,
+                 "Elastic: once MIN nodes have joined a round, how long it waits for more "
+                 "(default: 30)")
+      ->type_name("SECONDS");
+  app.add_option("--rdzv-timeout,--rdzv_timeout", raw.rdzv_timeout,
+                 "Elastic: how long a round waits for MIN nodes before the job fails "
+                 "(default: 900)")
+      ->type_name("SECONDS");
 }
 
 // argv split at the first "--" ourselves: everything after it belongs to

@@ -23,6 +23,12 @@ struct LaunchOptions {
   double stall_timeout_s = 300;  // --timeout, else FSDP_COMM_TIMEOUT, else 300
   int64_t memory_limit_bytes = 0;  // --memory-limit: each worker's RLIMIT_DATA; 0 = none
   int max_restarts = 0;  // --max-restarts: times the group is started again after a failure
+  // --nnodes MIN:MAX: the job re-forms from the nodes still there; nnodes is
+  // MAX and node_rank this node's id (see [Note: elastic membership] in elastic.h).
+  bool elastic = false;
+  int min_nodes = 1;
+  double rdzv_last_call_s = 30;      // --rdzv-last-call: how long a round waits for late nodes
+  double rdzv_timeout_s = 900;       // --rdzv-timeout: how long a round waits for MIN nodes
   std::vector<std::string> command;  // program, then its arguments
 
   int world_size() const { return nnodes * nproc_per_node; }

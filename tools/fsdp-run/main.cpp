@@ -11,6 +11,8 @@
 //   signal_pipe     signals into the poll() loop
 //   supervisor      the loop: output, exits, the stop policy
 //   restarts        --max-restarts: the group started again, and when not
+//   elastic         --nnodes MIN:MAX: rounds formed by node 0 (elastic_host)
+//                   from the nodes' agents (elastic_agent), over line_channel
 
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <string>
 
+#include "elastic.h"
 #include "free_port.h"
 #include "launch_options.h"
 #include "program_path.h"
@@ -50,7 +53,8 @@ int main(int argc, char** argv) {
 
   std::fflush(stdout);  // nothing of ours may sit in a buffer the workers race
   SignalPipe::install();
-  JobOutcome outcome = supervise_with_restarts(opts, program.path);
+  JobOutcome outcome = opts.elastic ? run_elastic_job(opts, program.path)
+                                    : supervise_with_restarts(opts, program.path);
 
   if (outcome.launcher_signal != 0) {
     // Die from the signal we were sent, so a calling shell or script sees an

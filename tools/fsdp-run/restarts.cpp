@@ -22,66 +22,53 @@ namespace {
 
 void say(const std::string& message) { write_all(STDERR_FILENO, "fsdp-run: " + message + "\n"); }
 
-// A private directory holding one progress file per start of the group, so a
-// worker of an earlier start can never overwrite a later start's progress.
-class ProgressFiles {
- public:
-  ProgressFiles() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/fsdp-run-progress-XXXXXX";
-    if (::mkdtemp(pattern.data()) != nullptr) {
-      dir_ = pattern;
-    } else {
-      say(
-          fmt::format("cannot create '{}' for the workers' progress ({}); restarting without "
-                      "the same-step rule (set TMPDIR to a writable directory)",
-                      pattern, std::strerror(errno)));
-    }
-  }
-  ~ProgressFiles() {
-    if (dir_.empty()) return;
-    for (const std::string& file : written_) std::remove(file.c_str());
-    ::rmdir(dir_.c_str());
-  }
-  ProgressFiles(const ProgressFiles&) = delete;
-  ProgressFiles& operator=(const ProgressFiles&) = delete;
-
-  // "" when there is no directory: the workers then get no file to write.
-  std::string path(int restart_count) {
-    if (dir_.empty()) return "";
-    written_.push_back(fmt::format("{}/start-{}", dir_, restart_count));
-    written_.push_back(written_.back() + ".tmp");  // where a worker may have left one
-    return written_[written_.size() - 2];
-  }
-
-  // The step running when start `restart_count` failed: one after the last
-  // completed step its workers wrote; nothing if they wrote none.
-  std::optional<int64_t> failed_in_step(int restart_count) const {
-    if (dir_.empty()) return std::nullopt;
-    std::ifstream in(fmt::format("{}/start-{}", dir_, restart_count));
-    int64_t last_completed = 0;
-    if (!(in >> last_completed) || last_completed < 0) return std::nullopt;
-    return last_completed + 1;
-  }
-
- private:
-  std::string dir_;
-  std::vector<std::string> written_;
-};
-
 std::string describe_failure(const WorkerFailure& failure, std::optional<int64_t> step) {
   std::string text = fmt::format("rank {} {}", failure.rank, failure.how);
   if (step) text += fmt::format(" during step {}", *step);
   return text;
 }
 
+}  // namespace
+
+ProgressFiles::ProgressFiles() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/fsdp-run-progress-XXXXXX";
+  if (::mkdtemp(pattern.data()) != nullptr) {
+    dir_ = pattern;
+  } else {
+    say(
+        fmt::format("cannot create '{}' for the workers' progress ({}); restarting without "
+                    "the same-step rule (set TMPDIR to a writable directory)",
+                    pattern, std::strerror(errno)));
+  }
+}
+
+ProgressFiles::~ProgressFiles() {
+  if (dir_.empty()) return;
+  for (const std::string& file : written_) std::remove(file.c_str());
+  ::rmdir(dir_.c_str());
+}
+
+std::string ProgressFiles::path(int restart_count) {
+  if (dir_.empty()) return "";
+  written_.push_back(fmt::format("{}/start-{}", dir_, restart_count));
+  written_.push_back(written_.back() + ".tmp");  // where a worker may have left one
+  return written_[written_.size() - 2];
+}
+
+std::optional<int64_t> ProgressFiles::failed_in_step(int restart_count) const {
+  if (dir_.empty()) return std::nullopt;
+  std::ifstream in(fmt::format("{}/start-{}", dir_, restart_count));
+  int64_t last_completed = 0;
+  if (!(in >> last_completed) || last_completed < 0) return std::nullopt;
+  return last_completed + 1;
+}
+
 std::string epoch_seconds(std::chrono::system_clock::time_point at) {
   return fmt::format("{:.6f}", std::chrono::duration<double>(at.time_since_epoch()).count());
 }
 
-// A stop signal that reached fsdp-run after the last group ended: it must
-// stop the job, not be found by the next group's supervisor.
 int pending_stop_signal() {
   int stop_signal = 0;
   for (int signo : SignalPipe::drain()) {
@@ -89,8 +76,6 @@ int pending_stop_signal() {
   }
   return stop_signal;
 }
-
-}  // namespace
 
 RestartPolicy::Decision RestartPolicy::after_failure(const JobOutcome& outcome,
                                                      std::optional<int64_t> failed_in_step) {

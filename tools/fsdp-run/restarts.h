@@ -26,9 +26,11 @@
 //   was seen, so it can measure the time from the failure to its first step;
 //   fsdp-run logs the part it sees, how long stopping the group took.
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "launch_options.h"
 #include "supervisor.h"
@@ -57,6 +59,34 @@ class RestartPolicy {
   int restarts_done_ = 0;
   std::optional<int64_t> previous_failed_step_;
 };
+
+// A private directory holding one progress file per start of the group, so a
+// worker of an earlier start can never overwrite a later start's progress.
+class ProgressFiles {
+ public:
+  ProgressFiles();  // says so on stderr when it cannot make the directory
+  ~ProgressFiles();
+  ProgressFiles(const ProgressFiles&) = delete;
+  ProgressFiles& operator=(const ProgressFiles&) = delete;
+
+  // Start `restart_count`'s file; "" when there is no directory: the
+  // workers then get no file to write.
+  std::string path(int restart_count);
+  // The step running when start `restart_count` failed: one after the last
+  // completed step its workers wrote; nothing if they wrote none.
+  std::optional<int64_t> failed_in_step(int restart_count) const;
+
+ private:
+  std::string dir_;
+  std::vector<std::string> written_;
+};
+
+// `at` as seconds since the epoch, for FSDP_RUN_FAILURE_TIME.
+std::string epoch_seconds(std::chrono::system_clock::time_point at);
+
+// A stop signal that reached fsdp-run after the last group ended (0 if
+// none): it must stop the job, not be found by the next group's supervisor.
+int pending_stop_signal();
 
 // Runs the group with opts.max_restarts restarts. Returns the last start's
 // outcome. SignalPipe::install() must have been called.

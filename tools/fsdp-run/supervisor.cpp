@@ -77,8 +77,12 @@ struct Worker {
 
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& opts, std::string program_path, AttemptInfo attempt)
-      : opts_(opts), program_path_(std::move(program_path)), attempt_(std::move(attempt)) {}
+  Supervisor(const LaunchOptions& opts, std::string program_path, AttemptInfo attempt,
+             GroupWatcher* watcher)
+      : opts_(opts),
+        program_path_(std::move(program_path)),
+        attempt_(std::move(attempt)),
+        watcher_(watcher) {}
 
   JobOutcome run() {
     start_workers();
@@ -146,6 +150,9 @@ class Supervisor {
     std::vector<pollfd> fds;
     std::vector<OutputStream*> streams;
     fds.push_back({SignalPipe::read_fd(), POLLIN, 0});
+    const std::vector<int> watched = watcher_ != nullptr ? watcher_->fds() : std::vector<int>{};
+    for (int fd : watched) fds.push_back({fd, POLLIN, 0});
+    const size_t first_stream = fds.size();
     for (Worker& w : workers_) {
       for (OutputStream* s : {&w.out, &w.err}) {
         if (s->fd < 0) continue;
@@ -159,8 +166,14 @@ class Supervisor {
       say(fmt::format("poll() failed: {}", std::strerror(errno)));
       std::abort();  // cannot supervise any more; the death signal stops the workers
     }
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents != 0) pump(*streams[i - 1]);
+    for (size_t i = first_stream; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) pump(*streams[i - first_stream]);
+    }
+    const bool watched_ready = std::any_of(fds.begin() + 1, fds.begin() + first_stream,
+                                           [](const pollfd& p) { return p.revents != 0; });
+    if (watched_ready) {
+      const std::string why = watcher_->check();
+      if (!why.empty()) stop_from_outside(why);
     }
   }
 
@@ -361,6 +374,15 @@ class Supervisor {
     begin_stop(SIGTERM);
   }
 
+  // Another node ended the round: not a failure of ours, so no exit code.
+  void stop_from_outside(const std::string& why) {
+    if (stopping_) return;
+    outcome_.stopped_from_outside = why;
+    failed_at_ = Clock::now();
+    say(fmt::format("{}; stopping this node's {} worker(s)", why, running_count()));
+    begin_stop(SIGTERM);
+  }
+
   void begin_stop(int signo) {
     stopping_ = true;
     kill_running(signo);
@@ -401,6 +423,7 @@ class Supervisor {
   const LaunchOptions& opts_;
   std::string program_path_;
   AttemptInfo attempt_;
+  GroupWatcher* watcher_;                       // nullptr: only the workers end the group
   std::optional<Clock::time_point> failed_at_;  // the first failure, for stop_seconds
   std::vector<Worker> workers_;
   JobOutcome outcome_;
@@ -415,8 +438,8 @@ class Supervisor {
 }  // namespace
 
 JobOutcome supervise_workers(const LaunchOptions& opts, const std::string& program_path,
-                             const AttemptInfo& attempt) {
-  return Supervisor(opts, program_path, attempt).run();
+                             const AttemptInfo& attempt, GroupWatcher* watcher) {
+  return Supervisor(opts, program_path, attempt, watcher).run();
 }
 
 }  // namespace fsdp_run

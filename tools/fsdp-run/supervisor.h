@@ -22,6 +22,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "launch_options.h"
 #include "worker_env.h"
@@ -43,12 +44,25 @@ struct JobOutcome {
   bool start_failed = false;             // a worker could not be started at all
   bool interrupted = false;              // fsdp-run got SIGINT/SIGTERM/SIGHUP, even while stopping
   double stop_seconds = 0;               // from the failure until every worker was reaped
+  std::string stopped_from_outside;      // why a GroupWatcher stopped the group; "" if none did
+};
+
+// Something besides this node's workers that can end the group early: in an
+// elastic job, the other nodes (see [Note: elastic membership] in
+// elastic.h). The supervisor polls fds() beside its own and calls check()
+// when one is readable.
+class GroupWatcher {
+ public:
+  virtual ~GroupWatcher() = default;
+  virtual std::vector<int> fds() const = 0;
+  // Takes in what arrived. Returns why the group must stop, or "" to go on.
+  virtual std::string check() = 0;
 };
 
 // Starts opts.nproc_per_node workers of `program_path` once (`attempt` says
-// which start it is) and supervises them to the end. SignalPipe::install()
-// must have been called.
+// which start it is) and supervises them to the end, stopping them early if
+// `watcher` (optional) says so. SignalPipe::install() must have been called.
 JobOutcome supervise_workers(const LaunchOptions& opts, const std::string& program_path,
-                             const AttemptInfo& attempt);
+                             const AttemptInfo& attempt, GroupWatcher* watcher = nullptr);
 
 }  // namespace fsdp_run

@@ -4,11 +4,13 @@
 // failures (tests/test_trainer.cpp). Not for training runs; unset, it does
 // nothing.
 //
-//   FSDP_TRAIN_TEST_SIGKILL_AT=RANK:STEP:ATTEMPT[,RANK:STEP:ATTEMPT...]
+//   FSDP_TRAIN_TEST_SIGKILL_AT=RANK:STEP:ATTEMPT[:launcher][,...]
 //
 // ATTEMPT is the start's TORCHELASTIC_RESTART_COUNT (0 for the first), so a
 // kill planned for the first start does not fire again after the restart
-// that resumes before that step.
+// that resumes before that step. ":launcher" first SIGKILLs the rank's
+// parent, its fsdp-run: a whole node lost (the node's other workers die
+// with their launcher).
 
 #include <cstdint>
 #include <string>
@@ -29,6 +31,7 @@ class FaultInjection {
     int rank = 0;
     int64_t step = 0;
     int attempt = 0;
+    bool with_launcher = false;
   };
   std::vector<PlannedKill> kills_;
 };

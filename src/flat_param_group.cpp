@@ -95,7 +95,8 @@ void FlatParamGroup::make_aliased_storage(const at::TensorOptions& options) {
   sharded_flat_ = at::zeros({layout_.padded_numel()}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& slot = layout_.slot(static_cast<int64_t>(i));
-    at::Tensor view = sharded_flat_.narrow(0, slot.offset, slot.numel).view(shapes_[i]);
+    at::Tensor view =
+        sharded_flat_.narrow(0, slot.offset, slot.numel).view(local_shape(static_cast<int64_t>(i)));
     if (!is_deferred(params_[i])) view.copy_(params_[i].detach());
     sharded_views_.push_back(view);
   }

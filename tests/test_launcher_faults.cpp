@@ -342,7 +342,7 @@ struct TwoNodes {
   bool started() const { return node_started(dir0, 0) && node_started(dir1, 2); }
 
   TempDir dir0{"fsdp-elastic"}, dir1{"fsdp-elastic"};
-  int port = free_tcp_port();
+  int port = free_tcp_ports(2);  // the rendezvous, and the workers' store after it
   Launch node0, node1;
 };
 
@@ -375,7 +375,7 @@ TEST(LauncherFaults, ElasticJobGoesOnWithTheNodesLeftWhenOneIsLost) {
 // after rank 0 fails in the round that went on without it.
 TEST(LauncherFaults, ElasticNodeThatComesBackRejoinsAtTheNextRestart) {
   TempDir dir0("fsdp-elastic"), dir1("fsdp-elastic"), dir1_again("fsdp-elastic");
-  const int port = free_tcp_port();
+  const int port = free_tcp_ports(2);
   const std::vector<std::string> worker = {
       "/bin/sh", "-c",
       "echo start rank=$RANK world=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT; "

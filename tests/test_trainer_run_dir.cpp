@@ -268,7 +268,7 @@ TEST(TrainerRunDir, ResumeAutoContinuesARunStoppedByItsTimeBudget) {
 // checkpoint at world size 2 by hand.
 TEST(TrainerRunDir, AnElasticJobThatLosesANodeFinishesOnTheNodeLeft) {
   TempDir tmp;
-  const int port = free_tcp_port();
+  const int port = free_tcp_ports(2);  // --nnodes: the rendezvous, then the store
   const auto common =
       tiny({"--steps", "8", "--save-every", "2", "--sample-bytes", "0", "--eval-every", "0"});
   const std::string run = tmp / "elastic";

@@ -26,20 +26,55 @@ struct Child {
 
 }  // namespace
 
-int free_tcp_port() {
+namespace {
+
+// A socket bound to 127.0.0.1:`port` (0: any free port), or -1 with errno set.
+int bind_loopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   TORCH_CHECK(fd >= 0, "free_tcp_port: socket() failed: ", std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
   const int err = errno;
   ::close(fd);
-  TORCH_CHECK(ok, "free_tcp_port: cannot bind 127.0.0.1:0: ", std::strerror(err));
+  errno = err;
+  return -1;
+}
+
+int bound_port(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  TORCH_CHECK(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0,
+              "free_tcp_port: getsockname() failed: ", std::strerror(errno));
   return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+int free_tcp_port() { return free_tcp_ports(1); }
+
+// Binds a free port P, then P+1 .. P+count-1 beside it, all at once; tries
+// other P while any of them is taken.
+int free_tcp_ports(int count) {
+  TORCH_CHECK(count >= 1, "free_tcp_ports: count must be >= 1, got ", count);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int first_fd = bind_loopback(0);
+    TORCH_CHECK(first_fd >= 0, "free_tcp_port: cannot bind 127.0.0.1:0: ", std::strerror(errno));
+    const int first = bound_port(first_fd);
+    std::vector<int> fds{first_fd};
+    for (int i = 1; i < count && first + i <= 65535; ++i) {
+      const int fd = bind_loopback(first + i);
+      if (fd < 0) break;
+      fds.push_back(fd);
+    }
+    const bool all_free = static_cast<int>(fds.size()) == count;
+    for (int fd : fds) ::close(fd);
+    if (all_free) return first;
+  }
+  TORCH_CHECK(false, "free_tcp_ports: found no ", count,
+              " consecutive free ports on 127.0.0.1 in 100 tries");
 }
 
 std::vector<ProcessResult> run_processes(const std::string& program,

@@ -28,5 +28,8 @@ std::vector<ProcessResult> run_processes(const std::string& program,
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0).
 int free_tcp_port();
+// A port P such that P .. P+count-1 on 127.0.0.1 were all free a moment ago
+// (fsdp-run --nnodes takes --master-port and the port after it).
+int free_tcp_ports(int count);
 
 }  // namespace fsdp::testing

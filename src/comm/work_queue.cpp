@@ -59,42 +59,42 @@ WorkPtr WorkQueue::enqueue(std::string what, std::function<void()> job) {
 void WorkQueue::worker_loop() {
   for (;;) {
     Job job;
+    bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
       if (jobs_.empty()) return;  // stopping, nothing left
       job = std::move(jobs_.front());
       jobs_.pop_front();
-      if (stopping_) {
-        job.work->finish(make_error("fsdp: " + job.what +
-                                    " failed: the group was destroyed before it ran"));
-        continue;
-      }
+      stopping = stopping_;
     }
-    if (!first_error_.empty()) {
-      // See [Note: one worker per group]: the group is broken.
-      job.work->finish(make_error("fsdp: " + job.what +
-                                  " failed: the group is broken by an earlier failure: " +
-                                  first_error_));
-      continue;
-    }
-    std::string cause;
-    try {
-      job.run();
-    } catch (const std::exception& e) {
-      cause = error_message(e);
-    } catch (...) {
-      cause = "unknown exception";
-    }
-    if (cause.empty()) {
-      job.work->finish(nullptr);
-    } else {
-      const std::string message = "fsdp: " + job.what + " failed: " + cause;
-      first_error_ = message;
-      job.work->finish(make_error(message));
-    }
-    job.run = nullptr;  // drop tensor references before the next job
+    std::exception_ptr error =
+        stopping
+            ? make_error("fsdp: " + job.what + " failed: the group was destroyed before it ran")
+            : run_unless_broken(job);
+    job.run = nullptr;  // before finish(): see [Note: one worker per group]
+    job.work->finish(std::move(error));
   }
+}
+
+// Runs `job`, or fails it at once if an earlier job broke the group; the
+// error to finish it with, if any.
+std::exception_ptr WorkQueue::run_unless_broken(Job& job) {
+  if (!first_error_.empty()) {
+    return make_error("fsdp: " + job.what +
+                      " failed: the group is broken by an earlier failure: " + first_error_);
+  }
+  std::string cause;
+  try {
+    job.run();
+  } catch (const std::exception& e) {
+    cause = error_message(e);
+  } catch (...) {
+    cause = "unknown exception";
+  }
+  if (cause.empty()) return nullptr;
+  first_error_ = "fsdp: " + job.what + " failed: " + cause;
+  return make_error(first_error_);
 }
 
 }  // namespace fsdp::comm

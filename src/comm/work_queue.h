@@ -27,6 +27,13 @@ namespace fsdp::comm {
 // are out of step and the transport may hold half-finished transfers, so
 // every later job of the group fails at once with the first error instead
 // of risking a mismatched or hung collective.
+//
+// A job's closure holds references to the caller's tensors. The worker
+// destroys it before it marks the work done, so once wait() returns the
+// worker holds none of them: the caller may free or resize their storage
+// (FlatParamGrads::free_reduce_input does), and no last reference is dropped
+// on the worker behind it. Destroying it after, TSan saw the storage's
+// destructor on the worker race the caller's resize.
 
 // The handle a caller waits on; finished by the worker.
 class QueuedWork final : public Work {
@@ -62,6 +69,7 @@ class WorkQueue {
     std::shared_ptr<QueuedWork> work;
   };
   void worker_loop();
+  std::exception_ptr run_unless_broken(Job& job);
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -24,10 +24,6 @@ struct Child {
   int output_fd = -1;  // read end of the child's stdout+stderr pipe; -1 at EOF
 };
 
-}  // namespace
-
-namespace {
-
 // A socket bound to 127.0.0.1:`port` (0: any free port), or -1 with errno set.
 int bind_loopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

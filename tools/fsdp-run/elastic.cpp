@@ -16,8 +16,6 @@
 namespace fsdp_run {
 namespace {
 
-void say(const std::string& message) { write_all(STDERR_FILENO, "fsdp-run: " + message + "\n"); }
-
 JobOutcome exit_with(int code) {
   JobOutcome outcome;
   outcome.exit_code = code;

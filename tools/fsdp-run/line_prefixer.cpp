@@ -72,4 +72,6 @@ bool write_all(int fd, std::string_view data) {
   return true;
 }
 
+void say(const std::string& message) { write_all(STDERR_FILENO, "fsdp-run: " + message + "\n"); }
+
 }  // namespace fsdp_run

@@ -42,4 +42,8 @@ class LinePrefixer {
 // if the fd is gone (EPIPE, closed terminal); the caller stops writing to it.
 bool write_all(int fd, std::string_view data);
 
+// Writes "fsdp-run: <message>\n" to stderr in one write: the launcher's own
+// lines, among the workers' prefixed ones.
+void say(const std::string& message);
+
 }  // namespace fsdp_run

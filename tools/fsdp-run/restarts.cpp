@@ -20,8 +20,6 @@
 namespace fsdp_run {
 namespace {
 
-void say(const std::string& message) { write_all(STDERR_FILENO, "fsdp-run: " + message + "\n"); }
-
 std::string describe_failure(const WorkerFailure& failure, std::optional<int64_t> step) {
   std::string text = fmt::format("rank {} {}", failure.rank, failure.how);
   if (step) text += fmt::format(" during step {}", *step);

@@ -57,8 +57,6 @@ const char* signal_name(int signo) {
   }
 }
 
-void say(const std::string& message) { write_all(STDERR_FILENO, "fsdp-run: " + message + "\n"); }
-
 // One output stream of one worker, on its way to our stdout or stderr.
 struct OutputStream {
   int fd = -1;       // pipe read end; -1 when not captured or closed

@@ -6,16 +6,13 @@
 #include <filesystem>
 
 #include "fsdp/checkpoint/training_state.h"
+#include "phase_times.h"
 #include "run_dir.h"
 
 namespace fsdp_train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Checkpoints go to a new directory of the run dir: its parent may be new too.
 void create_parent(const std::string& dir) {

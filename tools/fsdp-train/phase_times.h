@@ -20,6 +20,11 @@
 
 namespace fsdp_train {
 
+// Wall seconds on the steady clock since `start`.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 enum class StepPhase { kForward, kBackward, kClip, kOptimizer, kBookkeeping };
 constexpr size_t kStepPhaseCount = 5;
 const char* step_phase_name(StepPhase phase);

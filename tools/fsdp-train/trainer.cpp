@@ -49,10 +49,6 @@ using Clock = std::chrono::steady_clock;
 using fsdp::models::GPT;
 using fsdp::models::GPTConfig;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // What the loop leaves for the summary.
 struct LoopOutcome {
   int64_t last_step = 0;

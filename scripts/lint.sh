@@ -59,7 +59,7 @@ if grep -q '^diff --git' <<<"$format_diff"; then
 fi
 echo "lint: format OK"
 
-# 2. Function size, with clang-tidy over the build's compile commands.
+# 2. Function size, with clang-tidy over the compile commands of build-lint/.
 cmake -S . -B "$build" -DCMAKE_UNITY_BUILD=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null || {
   echo "lint: configuring $build for its compile commands failed (above)" >&2
   exit 2

@@ -24,7 +24,7 @@
 #include "fsdp/models/gpt.h"
 #include "suites.h"
 
-namespace fsdp::bench {
+namespace fsdp::bench::activations_suite {
 namespace {
 
 struct ActivationsConfig {
@@ -144,7 +144,7 @@ void run_activations(const ActivationsConfig& c) {
 
 }  // namespace
 
-void register_activations_suite(CLI::App& app) {
+void register_suite(CLI::App& app) {
   auto config = std::make_shared<ActivationsConfig>();
   CLI::App* sub = app.add_subcommand(
       "activations", "peak memory and step time of the GPT with activation checkpointing off, every other block, every block");
@@ -160,4 +160,4 @@ void register_activations_suite(CLI::App& app) {
   sub->callback([config] { run_activations(*config); });
 }
 
-}  // namespace fsdp::bench
+}  // namespace fsdp::bench::activations_suite

@@ -29,7 +29,7 @@
 #include "local_ranks.h"
 #include "suites.h"
 
-namespace fsdp::bench {
+namespace fsdp::bench::checkpoint_suite {
 namespace {
 
 namespace fs = std::filesystem;
@@ -246,7 +246,7 @@ void run_checkpoint(const CheckpointConfig& c) {
 
 }  // namespace
 
-void register_checkpoint_suite(CLI::App& app) {
+void register_suite(CLI::App& app) {
   auto config = std::make_shared<CheckpointConfig>();
   CLI::App* sub = app.add_subcommand(
       "checkpoint", "sharded checkpoint save and load throughput vs the disk's raw write speed");
@@ -259,4 +259,4 @@ void register_checkpoint_suite(CLI::App& app) {
   sub->callback([config] { run_checkpoint(*config); });
 }
 
-}  // namespace fsdp::bench
+}  // namespace fsdp::bench::checkpoint_suite

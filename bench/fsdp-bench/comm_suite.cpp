@@ -19,7 +19,7 @@
 #include "local_ranks.h"
 #include "suites.h"
 
-namespace fsdp::bench {
+namespace fsdp::bench::comm_suite {
 namespace {
 
 struct CommConfig {
@@ -171,7 +171,7 @@ void run_comm(const CommConfig& c) {
 
 }  // namespace
 
-void register_comm_suite(CLI::App& app) {
+void register_suite(CLI::App& app) {
   auto config = std::make_shared<CommConfig>();
   CLI::App* sub = app.add_subcommand(
       "comm", "all-gather, reduce-scatter and all-reduce bandwidth on N in-process ranks");
@@ -189,4 +189,4 @@ void register_comm_suite(CLI::App& app) {
   sub->callback([config] { run_comm(*config); });
 }
 
-}  // namespace fsdp::bench
+}  // namespace fsdp::bench::comm_suite

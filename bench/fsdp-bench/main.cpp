@@ -11,14 +11,10 @@
 namespace {
 
 constexpr fsdp::bench::SuiteRegistrar kSuites[] = {
-    fsdp::bench::register_comm_suite,
-    fsdp::bench::register_overhead_suite,
-    fsdp::bench::register_train_suite,
-    fsdp::bench::register_memory_suite,
-    fsdp::bench::register_checkpoint_suite,
-    fsdp::bench::register_activations_suite,
-    fsdp::bench::register_optimizer_suite,
-    fsdp::bench::register_slowlink_suite,
+    fsdp::bench::comm_suite::register_suite,       fsdp::bench::overhead_suite::register_suite,
+    fsdp::bench::train_suite::register_suite,      fsdp::bench::memory_suite::register_suite,
+    fsdp::bench::checkpoint_suite::register_suite, fsdp::bench::activations_suite::register_suite,
+    fsdp::bench::optimizer_suite::register_suite,  fsdp::bench::slowlink_suite::register_suite,
 };
 
 }  // namespace

@@ -23,7 +23,7 @@
 #include "local_ranks.h"
 #include "suites.h"
 
-namespace fsdp::bench {
+namespace fsdp::bench::memory_suite {
 namespace {
 
 struct MemoryConfig {
@@ -219,7 +219,7 @@ void run_memory(const MemoryConfig& c) {
 
 }  // namespace
 
-void register_memory_suite(CLI::App& app) {
+void register_suite(CLI::App& app) {
   auto config = std::make_shared<MemoryConfig>();
   CLI::App* sub = app.add_subcommand(
       "memory", "per-rank sharded bytes and peak gathered bytes of one FULL_SHARD step");
@@ -235,4 +235,4 @@ void register_memory_suite(CLI::App& app) {
   sub->callback([config] { run_memory(*config); });
 }
 
-}  // namespace fsdp::bench
+}  // namespace fsdp::bench::memory_suite

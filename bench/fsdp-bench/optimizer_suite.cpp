@@ -18,7 +18,7 @@
 #include "bench_util.h"
 #include "suites.h"
 
-namespace fsdp::bench {
+namespace fsdp::bench::optimizer_suite {
 namespace {
 
 struct OptimizerConfig {
@@ -97,7 +97,7 @@ void run_optimizer(const OptimizerConfig& c) {
 
 }  // namespace
 
-void register_optimizer_suite(CLI::App& app) {
+void register_suite(CLI::App& app) {
   auto config = std::make_shared<OptimizerConfig>();
   CLI::App* sub = app.add_subcommand(
       "optimizer", "LibTorch's AdamW and SGD steps in passes over their parameters, vs a copy");
@@ -110,4 +110,4 @@ void register_optimizer_suite(CLI::App& app) {
   sub->callback([config] { run_optimizer(*config); });
 }
 
-}  // namespace fsdp::bench
+}  // namespace fsdp::bench::optimizer_suite

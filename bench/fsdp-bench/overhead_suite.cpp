@@ -21,7 +21,7 @@
 #include "fsdp/fsdp.h"
 #include "suites.h"
 
-namespace fsdp::bench {
+namespace fsdp::bench::overhead_suite {
 namespace {
 
 class TinyUnitImpl : public torch::nn::Module {
@@ -182,7 +182,7 @@ void run_overhead(const OverheadConfig& c) {
 
 }  // namespace
 
-void register_overhead_suite(CLI::App& app) {
+void register_suite(CLI::App& app) {
   auto config = std::make_shared<OverheadConfig>();
   CLI::App* sub = app.add_subcommand("overhead", "per-unit CPU overhead of FSDP vs local training");
   sub->add_option("--units", config->units, "number of tiny units")->capture_default_str()->check(CLI::PositiveNumber);
@@ -198,4 +198,4 @@ void register_overhead_suite(CLI::App& app) {
   sub->callback([config] { run_overhead(*config); });
 }
 
-}  // namespace fsdp::bench
+}  // namespace fsdp::bench::overhead_suite

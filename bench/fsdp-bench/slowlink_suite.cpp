@@ -31,7 +31,7 @@
 #include "slowlink_testbed.h"
 #include "suites.h"
 
-namespace fsdp::bench {
+namespace fsdp::bench::slowlink_suite {
 namespace {
 
 namespace fs = std::filesystem;
@@ -184,7 +184,7 @@ void run_slowlink(const SlowlinkConfig& c) {
 
 }  // namespace
 
-void register_slowlink_suite(CLI::App& app) {
+void register_suite(CLI::App& app) {
   auto config = std::make_shared<SlowlinkConfig>();
   CLI::App* sub = app.add_subcommand(
       "slowlink", "(root) fp32, bf16 and int8 communication on 2 nodes x 2 ranks joined by a rate-limited link");
@@ -206,4 +206,4 @@ void register_slowlink_suite(CLI::App& app) {
   sub->callback([config] { run_slowlink(*config); });
 }
 
-}  // namespace fsdp::bench
+}  // namespace fsdp::bench::slowlink_suite

@@ -20,7 +20,7 @@
 #include "local_ranks.h"
 #include "suites.h"
 
-namespace fsdp::bench {
+namespace fsdp::bench::train_suite {
 namespace {
 
 struct TrainConfig {
@@ -192,7 +192,7 @@ void run_train(const TrainConfig& c) {
 
 }  // namespace
 
-void register_train_suite(CLI::App& app) {
+void register_suite(CLI::App& app) {
   auto config = std::make_shared<TrainConfig>();
   CLI::App* sub = app.add_subcommand("train", "overlap of communication and compute in a GPT step");
   sub->add_option("--world-size", config->world_size, "local ranks")->capture_default_str()->check(CLI::Range(1, 64));
@@ -208,4 +208,4 @@ void register_train_suite(CLI::App& app) {
   sub->callback([config] { run_train(*config); });
 }
 
-}  // namespace fsdp::bench
+}  // namespace fsdp::bench::train_suite

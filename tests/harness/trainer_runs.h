@@ -1,8 +1,8 @@
 #pragma once
 // fsdp-train run as a real program by the tests (build/bin/fsdp-train):
 // alone or on several ranks, with a tiny model so each run takes seconds,
-// and its metrics.jsonl read back. Shared by test_trainer.cpp and
-// test_trainer_run_dir.cpp.
+// and its metrics.jsonl read back. Shared by test_trainer.cpp,
+// test_trainer_resume.cpp and test_trainer_run_dir.cpp.
 
 #include <chrono>
 #include <cstdint>

@@ -1,8 +1,8 @@
 #pragma once
 // A test seam: FSDP_TRAIN_TEST_SIGKILL_AT makes a rank SIGKILL itself at the
 // start of a step, in a given start of the job, to test restarts with real
-// failures (tests/test_trainer.cpp). Not for training runs; unset, it does
-// nothing.
+// failures (tests/test_trainer_resume.cpp). Not for training runs; unset,
+// it does nothing.
 //
 //   FSDP_TRAIN_TEST_SIGKILL_AT=RANK:STEP:ATTEMPT[:launcher][,...]
 //

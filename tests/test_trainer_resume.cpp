@@ -19,14 +19,9 @@
 namespace {
 
 namespace fs = std::filesystem;
-using fsdp::testing::ProcessResult;
 
 using TempDir = fsdp::testing::TrainerTempDir;
 using namespace fsdp::testing;  // tiny, run_alone, read_metrics...
-
-std::vector<ProcessResult> run_ranks(const std::vector<std::string>& args, int world_size) {
-  return run_trainer_ranks(args, world_size);
-}
 
 // Model and optimizer tensors of two checkpoints, compared exactly.
 void expect_same_checkpoint(const std::string& a_dir, const std::string& b_dir) {
@@ -41,17 +36,19 @@ TEST(TrainerResume, ResumeContinuesBitwiseOnTheSameWorldSizeAndCloselyOnAnother)
   TempDir tmp;
   const auto common = tiny({"--steps", "6", "--sample-bytes", "0", "--eval-every", "0"});
   // Uninterrupted, 2 ranks.
-  expect_all_ok(run_ranks(concat(common, {"--run-dir", tmp / "straight"}), 2));
+  expect_all_ok(run_trainer_ranks(concat(common, {"--run-dir", tmp / "straight"}), 2));
   // The same run, checkpointing at step 3.
-  expect_all_ok(run_ranks(concat(common, {"--run-dir", tmp / "saved", "--save-every", "3"}), 2));
+  expect_all_ok(
+      run_trainer_ranks(concat(common, {"--run-dir", tmp / "saved", "--save-every", "3"}), 2));
   const std::string step3 = tmp / "saved" + "/checkpoints/step-00000003";
   ASSERT_TRUE(fs::exists(step3 + "/index.json"));
 
   // Resume from step 3 on 2 ranks. The model shape, batch, seed and schedule
   // come from the checkpoint.
-  const auto resumed = run_ranks({"--resume", step3, "--run-dir", tmp / "resumed", "--sample-bytes",
-                                  "0", "--eval-every", "0", "--eval-batches", "1"},
-                                 2);
+  const auto resumed =
+      run_trainer_ranks({"--resume", step3, "--run-dir", tmp / "resumed", "--sample-bytes", "0",
+                         "--eval-every", "0", "--eval-batches", "1"},
+                        2);
   expect_all_ok(resumed);
   EXPECT_NE(resumed[0].output.find("at step 3"), std::string::npos) << describe(resumed);
 
@@ -81,15 +78,15 @@ TEST(TrainerResume, ResumeContinuesBitwiseOnTheSameWorldSizeAndCloselyOnAnother)
   }
 
   // Continuing in the same run dir keeps its metrics up to the checkpoint.
-  expect_all_ok(run_ranks({"--resume", step3, "--run-dir", tmp / "saved", "--sample-bytes", "0",
-                           "--eval-every", "0", "--eval-batches", "1"},
-                          2));
+  expect_all_ok(run_trainer_ranks({"--resume", step3, "--run-dir", tmp / "saved", "--sample-bytes",
+                                   "0", "--eval-every", "0", "--eval-batches", "1"},
+                                  2));
   const auto continued = read_metrics(tmp / "saved");
   ASSERT_EQ(continued.size(), 6u);
   for (size_t i = 0; i < continued.size(); ++i) EXPECT_EQ(continued[i].at("step"), i + 1);
 
   // A checkpoint of another model shape is refused, naming the option.
-  const auto conflict = run_ranks(
+  const auto conflict = run_trainer_ranks(
       {"--resume", step3, "--width", "64", "--heads", "2", "--run-dir", tmp / "conflict"}, 2);
   for (const auto& r : conflict) {
     EXPECT_EQ(r.exit_code, 2) << describe(conflict);
@@ -137,7 +134,7 @@ TEST(TrainerResume, RestartsAfterTwoKillsFinishWithTheUninterruptedLossBitwise) 
   TempDir tmp;
   const auto common =
       tiny({"--steps", "8", "--save-every", "2", "--sample-bytes", "0", "--eval-every", "0"});
-  expect_all_ok(run_ranks(concat(common, {"--run-dir", tmp / "straight"}), 2));
+  expect_all_ok(run_trainer_ranks(concat(common, {"--run-dir", tmp / "straight"}), 2));
   const std::string run = tmp / "restarted";
   const ChildResult r =
       run_with_restarts(tmp, concat(common, {"--resume", "auto", "--run-dir", run}), "0:4:0,1:7:1");
@@ -203,8 +200,9 @@ TEST(TrainerResume, AsyncSavesWriteTheSameCheckpointsAndChangeNoStep) {
   TempDir tmp;
   const auto common =
       tiny({"--steps", "6", "--save-every", "2", "--sample-bytes", "0", "--eval-every", "0"});
-  expect_all_ok(run_ranks(concat(common, {"--run-dir", tmp / "sync"}), 2));
-  const auto async = run_ranks(concat(common, {"--run-dir", tmp / "async", "--async-save"}), 2);
+  expect_all_ok(run_trainer_ranks(concat(common, {"--run-dir", tmp / "sync"}), 2));
+  const auto async =
+      run_trainer_ranks(concat(common, {"--run-dir", tmp / "async", "--async-save"}), 2);
   expect_all_ok(async);
   const auto a = read_metrics(tmp / "sync"), b = read_metrics(tmp / "async");
   ASSERT_EQ(a.size(), 6u);
@@ -229,7 +227,7 @@ TEST(TrainerResume, AKillBesideAnAsyncSaveRestartsFromACommittedCheckpoint) {
   TempDir tmp;
   const auto common =
       tiny({"--steps", "6", "--save-every", "2", "--sample-bytes", "0", "--eval-every", "0"});
-  expect_all_ok(run_ranks(concat(common, {"--run-dir", tmp / "straight"}), 2));
+  expect_all_ok(run_trainer_ranks(concat(common, {"--run-dir", tmp / "straight"}), 2));
   const std::string run = tmp / "restarted";
   const ChildResult r = run_with_restarts(
       tmp, concat(common, {"--async-save", "--resume", "auto", "--run-dir", run}), "1:5:0");

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "checkpoint/save_hook.h"
@@ -87,7 +88,7 @@ TEST(AsyncSave, WritesTheShardsAsTheyWereAtSaveWhileTrainingGoesOn) {
   run_ranks(2, [&](RankContext& ctx) {
     AsyncSaver saver(*ctx.group);
     at::Tensor shard = shard_of(full_weight(), ctx);
-    saver.save(dir, pieces_of(shard, ctx), at_step(7));
+    TORCH_CHECK(!saver.save(dir, pieces_of(shard, ctx), at_step(7)), "no save came before");
     TORCH_CHECK(saver.in_flight() && !saver.poll(), "the save is held back by the hook");
     shard.fill_(-1);  // an optimizer step
     for (int i = 0; i < 3; ++i) {
@@ -118,7 +119,7 @@ TEST(AsyncSave, AFailureThrowsOnEveryRankAtTheNextWaitOrSave) {
   run_ranks(2, [&](RankContext& ctx) {
     AsyncSaver saver(*ctx.group);
     const at::Tensor shard = shard_of(full_weight(), ctx);
-    saver.save(tmp / "bad-1", pieces_of(shard, ctx), at_step(1));
+    TORCH_CHECK(!saver.save(tmp / "bad-1", pieces_of(shard, ctx), at_step(1)), "the first save");
     const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (saver.in_flight()) {
       TORCH_CHECK(!saver.poll(), "a failed save is not reported as finished");
@@ -128,10 +129,10 @@ TEST(AsyncSave, AFailureThrowsOnEveryRankAtTheNextWaitOrSave) {
     EXPECT_THROWS_WITH(saver.wait(), "checkpoint save to '" + tmp / "bad-1" + "' failed");
     EXPECT_FALSE(saver.wait()) << "a failure is thrown once";
 
-    saver.save(tmp / "bad-2", pieces_of(shard, ctx), at_step(2));
-    EXPECT_THROWS_WITH(saver.save(tmp / "good-3", pieces_of(shard, ctx), at_step(3)),
+    TORCH_CHECK(!saver.save(tmp / "bad-2", pieces_of(shard, ctx), at_step(2)), "bad-1 failed");
+    EXPECT_THROWS_WITH((void)saver.save(tmp / "good-3", pieces_of(shard, ctx), at_step(3)),
                        "rank 1: No space left on device (injected)");
-    saver.save(tmp / "good-3", pieces_of(shard, ctx), at_step(3));
+    TORCH_CHECK(!saver.save(tmp / "good-3", pieces_of(shard, ctx), at_step(3)), "bad-2 failed");
     const auto finished = saver.wait();
     TORCH_CHECK(finished && finished->step == 3, "rank ", ctx.rank,
                 ": the save after the failures");
@@ -159,14 +160,54 @@ TEST(AsyncSave, ASecondSaveWaitsForTheFirstToCommit) {
   run_ranks(2, [&](RankContext& ctx) {
     AsyncSaver saver(*ctx.group);
     const at::Tensor shard = shard_of(full_weight(), ctx);
-    saver.save(first, pieces_of(shard, ctx), at_step(1));
-    saver.save(tmp / "second", pieces_of(shard, ctx), at_step(2));
+    TORCH_CHECK(!saver.save(first, pieces_of(shard, ctx), at_step(1)), "the first save");
+    (void)saver.save(tmp / "second", pieces_of(shard, ctx), at_step(2));
     TORCH_CHECK(fsdp::ckpt::is_checkpoint_dir(first), "rank ", ctx.rank,
                 ": the second save() returned before the first committed");
     const auto finished = saver.wait();
-    TORCH_CHECK(finished && finished->step == 2, "wait() returns the newest save");
+    TORCH_CHECK(finished && finished->step == 2, "rank ", ctx.rank, ": wait() returns the second");
   });
   EXPECT_EQ(overlapping_writes.load(), 0);
   EXPECT_EQ(Reader::open(first).step(), 1);
   EXPECT_EQ(Reader::open(tmp / "second").step(), 2);
+}
+
+// Three saves, each committed save seen by a different call: the first by
+// the save() that waited for it (the first is held back until every rank has
+// polled), the second by poll(), the third by wait(). Each is returned once,
+// none lost: a caller that logs them, or prunes old checkpoints after each,
+// sees every commit.
+TEST(AsyncSave, EachCommittedSaveIsReturnedOnceByPollSaveOrWait) {
+  TempDir tmp;
+  std::atomic<int> ranks_polled{0};
+  std::atomic<bool> released{false};
+  ScopedSaveHook hook([&](int, SavePhase phase, const std::string& path) {
+    if (phase == SavePhase::kBeforeIndex && path.find("/step-1") != std::string::npos) {
+      wait_for(released);
+    }
+  });
+  run_ranks(2, [&](RankContext& ctx) {
+    AsyncSaver saver(*ctx.group);
+    const at::Tensor shard = shard_of(full_weight(), ctx);
+    TORCH_CHECK(!saver.save(tmp / "step-1", pieces_of(shard, ctx), at_step(1)), "the first save");
+    TORCH_CHECK(!saver.poll(), "rank ", ctx.rank, ": step 1 is held back before its index");
+    if (++ranks_polled == 2) released = true;
+    const auto by_save = saver.save(tmp / "step-2", pieces_of(shard, ctx), at_step(2));
+    TORCH_CHECK(by_save && by_save->step == 1 && by_save->dir == tmp / "step-1", "rank ", ctx.rank,
+                ": save() returns the save it waited for");
+
+    std::optional<fsdp::ckpt::FinishedSave> by_poll;
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!(by_poll = saver.poll())) {
+      TORCH_CHECK(std::chrono::steady_clock::now() < limit, "step 2 never committed");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    TORCH_CHECK(by_poll->step == 2, "rank ", ctx.rank, ": poll() returned step ", by_poll->step);
+    TORCH_CHECK(!saver.save(tmp / "step-3", pieces_of(shard, ctx), at_step(3)), "rank ", ctx.rank,
+                ": step 2 was returned by poll() already");
+
+    const auto by_wait = saver.wait();
+    TORCH_CHECK(by_wait && by_wait->step == 3, "rank ", ctx.rank, ": wait() returns step 3");
+    TORCH_CHECK(!saver.poll() && !saver.wait(), "rank ", ctx.rank, ": each save returned once");
+  });
 }

@@ -66,9 +66,11 @@ AsyncSaver::~AsyncSaver() {
   }
 }
 
-void AsyncSaver::save(const std::string& dir, std::vector<TensorPiece> pieces,
-                      const SaveOptions& options) {
+std::optional<FinishedSave> AsyncSaver::save(const std::string& dir,
+                                             std::vector<TensorPiece> pieces,
+                                             const SaveOptions& options) {
   finish_pending();  // at most one in flight; its failure throws here, on every rank
+  std::optional<FinishedSave> previous = std::exchange(finished_, std::nullopt);
   const auto copy_start = Clock::now();
   copy_to_host(pieces);
   FinishedSave finished{dir, options.step, seconds_since(copy_start), 0};
@@ -87,6 +89,7 @@ void AsyncSaver::save(const std::string& dir, std::vector<TensorPiece> pieces,
     return outcome;
   };
   pending_ = std::async(std::launch::async, std::move(write));
+  return previous;
 }
 
 std::optional<FinishedSave> AsyncSaver::poll() {
@@ -109,7 +112,10 @@ void AsyncSaver::finish_pending() {
 void AsyncSaver::collect() {
   Outcome outcome = pending_.get();  // waits; the task itself never throws
   if (outcome.failure) failure_ = outcome.failure;
-  if (outcome.finished) finished_ = std::move(outcome.finished);
+  if (!outcome.finished) return;
+  // save() took the one before: each save is returned once (see the header).
+  TORCH_INTERNAL_ASSERT(!finished_, "fsdp: an unreturned save would be overwritten");
+  finished_ = std::move(outcome.finished);
 }
 
 }  // namespace fsdp::ckpt

@@ -32,7 +32,8 @@ void save_while_training(fsdp::ProcessGroup& world, const std::string& dir,
                          std::vector<fsdp::ckpt::TensorPiece> pieces,
                          const fsdp::ckpt::SaveOptions& options) {
   fsdp::ckpt::AsyncSaver saver(world);
-  saver.save(dir, std::move(pieces), options);
+  // The first save: nothing before it to return.
+  TORCH_CHECK(!saver.save(dir, std::move(pieces), options), "no save came before this one");
   for (int i = 0; i < 20; ++i) {
     at::Tensor t = at::ones({1024});
     world.all_reduce(t, fsdp::ReduceOp::kSum)->wait();

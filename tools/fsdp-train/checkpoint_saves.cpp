@@ -37,11 +37,10 @@ void CheckpointSaves::after_step(int64_t step, const fsdp::UnitModule& model,
   const std::string dir = step_checkpoint_dir(run_dir_, step);
   if (async_) {
     create_parent(dir);
-    // save() would wait for the save before this one too, but would keep its
-    // record only until the next wait(): noted here, no commit goes unsaid.
-    note_committed(progress, async_->wait());
-    // Returns once the shards are copied: see [Note: saving while training].
-    async_->save(dir, fsdp::ckpt::training_state_pieces(model, &optimizer), save_options(step));
+    // Returns once the shards are copied (see [Note: saving while training]),
+    // and the save before this one if it committed since the poll above.
+    note_committed(progress, async_->save(dir, fsdp::ckpt::training_state_pieces(model, &optimizer),
+                                          save_options(step)));
     return;
   }
   const auto start = Clock::now();

@@ -8,12 +8,15 @@
 //     if (step % 100 == 0) {
 //       fsdp::ckpt::SaveOptions options;
 //       options.step = step;
+//       auto pieces = fsdp::ckpt::training_state_pieces(*model, &optimizer);
 //       // Returns once this rank's shards are copied; the writing goes on.
-//       saver.save(dir_for(step), fsdp::ckpt::training_state_pieces(*model, &optimizer), options);
+//       // It waits for the save before, and returns it if poll() did not.
+//       if (auto done = saver.save(dir_for(step), std::move(pieces), options))
+//         log("saved", done->dir);
 //     }
 //     if (auto done = saver.poll()) log("saved", done->dir);
 //   }
-//   saver.wait();  // throws if the last save failed
+//   if (auto done = saver.wait()) log("saved", done->dir);  // throws if the last save failed
 //
 // [Note: saving while training]
 // save() copies this rank's pieces to host memory and returns; a background
@@ -36,6 +39,10 @@
 // - At most one save is in flight: save() first waits for the one before.
 //   A save slower than the interval between saves delays training there,
 //   rather than piling up copies of the model in host memory.
+// - Each committed save is returned once, by the first of poll(), save() and
+//   wait() to see it commit, so a caller that logs each (or prunes old
+//   checkpoints after each) misses none. That is why save() returns the
+//   save it waited for.
 // - A failed save throws on every rank at the same place: the next save() or
 //   wait(), which every rank calls at the same step. poll() never throws,
 //   since ranks poll at different moments of the background work.
@@ -78,12 +85,14 @@ class AsyncSaver {
   AsyncSaver& operator=(const AsyncSaver&) = delete;
 
   // Collective. Waits for the previous save (throwing if it failed), copies
-  // `pieces` to host memory, starts writing them to `dir` and returns.
-  void save(const std::string& dir, std::vector<TensorPiece> pieces,
-            const SaveOptions& options = {});
+  // `pieces` to host memory and starts writing them to `dir`. Returns the
+  // previous save if it committed and poll() had not returned it.
+  [[nodiscard]] std::optional<FinishedSave> save(const std::string& dir,
+                                                 std::vector<TensorPiece> pieces,
+                                                 const SaveOptions& options = {});
 
-  // The newest save that committed and was not yet returned, if any. Never
-  // blocks and never throws: a failure waits for save() or wait().
+  // The save that committed and was not yet returned, if any. Never blocks
+  // and never throws: a failure waits for save() or wait().
   std::optional<FinishedSave> poll();
 
   // Waits for the save in flight, which every rank must let finish at the

@@ -1,19 +1,28 @@
-// The checkpoint format's parts: safetensors files and the index (JSON round
-// trip and validation). Reading and saving whole checkpoints in one process
-// is in test_checkpoint_read_write.cpp.
+// The checkpoint format's parts: the files written (with and without the
+// page cache), safetensors files and the index (JSON round trip and
+// validation). Reading and saving whole checkpoints in one process is in
+// test_checkpoint_read_write.cpp.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <c10/util/accumulate.h>
 
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <rapidjson/document.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <rapidjson/document.h>
+
+#include <random>
+#include <vector>
 
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/index.h"
@@ -33,7 +42,89 @@ class TempDir : public fsdp::testing::TempDir {
   TempDir() : fsdp::testing::TempDir("fsdp-ckpt-test") {}
 };
 
+std::vector<char> random_bytes(int64_t n) {
+  std::mt19937 gen(7);
+  std::vector<char> bytes(static_cast<size_t>(n));
+  for (char& b : bytes) b = static_cast<char>(gen());
+  return bytes;
+}
+
+std::vector<char> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// How many of the file's pages are in the page cache (mincore(2)).
+int64_t cached_pages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  const auto size = static_cast<size_t>(fs::file_size(path));
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  TORCH_CHECK(map != MAP_FAILED, "cannot map ", path);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident((size + page - 1) / page);
+  TORCH_CHECK(::mincore(map, size, resident.data()) == 0, "mincore failed on ", path);
+  ::munmap(map, size);
+  int64_t cached = 0;
+  for (unsigned char r : resident) cached += r & 1;
+  return cached;
+}
+
+// Whether files in `dir` can be written around the page cache: O_DIRECT is
+// taken, and the filesystem is not tmpfs, which lives in the page cache
+// (newer kernels take O_DIRECT there and change nothing).
+bool page_cache_can_be_bypassed(const std::string& dir) {
+  struct statfs fs_info {};
+  if (::statfs(dir.c_str(), &fs_info) != 0 || fs_info.f_type == TMPFS_MAGIC) return false;
+  const std::string probe = dir + "/o-direct-probe";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0644);
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  return fd >= 0;
+}
+
 }  // namespace
+
+// Bytes written around the page cache come back the same, at the exact
+// length, across the 8 MiB staging buffer's edges, with a sync() before the
+// end; and they are not left in the page cache where it can be bypassed.
+// On tmpfs (/dev/shm) the same bytes go through the cache.
+TEST(OutputFile, BypassingThePageCacheWritesTheSameBytes) {
+  TempDir tmp;
+  const int64_t mib = int64_t{1} << 20;
+  const std::vector<char> bytes = random_bytes(17 * mib + 12345);
+  const std::vector<int64_t> chunks = {1, 4095, 8 * mib - 7, 3 * mib, 6 * mib + 11};
+  std::vector<std::string> dirs = {tmp.path()};
+  if (fs::is_directory("/dev/shm"))
+    dirs.push_back(fs::path("/dev/shm") / fs::path(tmp.path()).filename());
+  for (const std::string& dir : dirs) {
+    fs::create_directories(dir);
+    for (auto mode : {fsdp::ckpt::PageCache::kUse, fsdp::ckpt::PageCache::kBypass}) {
+      const std::string path = dir + (mode == fsdp::ckpt::PageCache::kUse ? "/cached" : "/direct");
+      fsdp::ckpt::OutputFile out(path, /*truncate_existing=*/false, mode);
+      int64_t at = 0;
+      for (int64_t chunk : chunks) {
+        out.write_all(bytes.data() + at, chunk);
+        at += chunk;
+        if (at == 1) out.sync();  // a padded 1-byte tail, then more bytes after it
+      }
+      out.write_all(bytes.data() + at, static_cast<int64_t>(bytes.size()) - at);
+      EXPECT_EQ(out.offset(), static_cast<int64_t>(bytes.size()));
+      out.sync();
+      out.close();
+    }
+    if (page_cache_can_be_bypassed(dir)) {
+      // Before reading them back, which caches them. The file has 4356 pages.
+      EXPECT_LT(cached_pages(dir + "/direct"), 16) << dir;
+      EXPECT_GT(cached_pages(dir + "/cached"), 1000) << dir;
+    } else {
+      std::printf("%s cannot be written around the page cache\n", dir.c_str());
+    }
+    EXPECT_EQ(file_bytes(dir + "/cached"), bytes) << dir;
+    EXPECT_EQ(file_bytes(dir + "/direct"), bytes) << dir;
+  }
+  if (dirs.size() > 1) fs::remove_all(dirs[1]);
+}
 
 TEST(Safetensors, RoundTripsEveryDtypeAndScalars) {
   TempDir tmp;

@@ -74,8 +74,10 @@ std::optional<FinishedSave> AsyncSaver::save(const std::string& dir,
   const auto copy_start = Clock::now();
   copy_to_host(pieces);
   FinishedSave finished{dir, options.step, seconds_since(copy_start), 0};
-  auto write = [group = group_, pieces = std::move(pieces), options, finished = std::move(finished),
-                device = current_cuda_device()]() mutable {
+  SaveOptions write_options = options;
+  write_options.bypass_page_cache = true;  // see SaveOptions::bypass_page_cache
+  auto write = [group = group_, pieces = std::move(pieces), options = std::move(write_options),
+                finished = std::move(finished), device = current_cuda_device()]() mutable {
     const c10::OptionalDeviceGuard on_callers_device(device);
     Outcome outcome;
     const auto write_start = Clock::now();

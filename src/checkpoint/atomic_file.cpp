@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -21,9 +23,36 @@ std::string parent_directory(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-OutputFile::OutputFile(const std::string& path, bool truncate_existing) : path_(path) {
+// [Note: writing around the page cache]
+// A write(2) copies its bytes into the page cache, and the kernel writes them
+// out later. That copy is CPU time: on the 2-core VM a 328 MiB file took 0.62 s
+// of system time through the cache and 0.05 s with O_DIRECT (dd, fsync'd).
+// A background save (AsyncSaver) takes that time from training, so its rank
+// files can bypass the cache. O_DIRECT needs the buffer's address, the length
+// and the file offset aligned to the device's logical block; kDirectAlign
+// covers the usual 512 and 4096. The bytes are staged in an aligned buffer
+// and written in whole buffers; the tail goes out padded with zeros, and
+// ftruncate(2) cuts the file back to its length. A filesystem without
+// O_DIRECT (tmpfs, some network filesystems) refuses it at open or at the
+// first write with EINVAL; the file is then written through the cache, with
+// the same bytes.
+constexpr int64_t kDirectAlign = 4096;
+constexpr int64_t kStagingBytes = int64_t{8} << 20;
+
+void OutputFile::FreeAligned::operator()(char* p) const { std::free(p); }
+
+OutputFile::OutputFile(const std::string& path, bool truncate_existing, PageCache page_cache)
+    : path_(path) {
   int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (truncate_existing ? O_TRUNC : O_EXCL);
-  fd_ = ::open(path.c_str(), flags, 0644);
+  if (page_cache == PageCache::kBypass) {
+    staging_.reset(static_cast<char*>(std::aligned_alloc(kDirectAlign, kStagingBytes)));
+    TORCH_CHECK(staging_, "fsdp: cannot allocate ", kStagingBytes, " bytes to write '", path, "'");
+    fd_ = ::open(path.c_str(), flags | O_DIRECT, 0644);
+    // EINVAL: no O_DIRECT here. O_EXCL was checked first, so a file there
+    // now is the one this open created (older kernels create it, then refuse).
+    if (fd_ < 0 && errno == EINVAL) flags = (flags & ~O_EXCL) | O_TRUNC;
+  }
+  if (fd_ < 0) fd_ = ::open(path.c_str(), flags, 0644);
   TORCH_CHECK(fd_ >= 0, "fsdp: cannot create '", path, "' for writing: ", errno_text());
 }
 
@@ -33,25 +62,68 @@ OutputFile::~OutputFile() {
 
 void OutputFile::write_all(const void* data, int64_t nbytes) {
   TORCH_CHECK(fd_ >= 0, "fsdp: write to closed file '", path_, "'");
-  const char* p = static_cast<const char*>(data);
+  if (staging_) return stage(static_cast<const char*>(data), nbytes);
+  write_at(static_cast<const char*>(data), nbytes, offset_);
+  offset_ += nbytes;
+}
+
+// Copies into the staging buffer, writing it out each time it is full.
+void OutputFile::stage(const char* data, int64_t nbytes) {
   while (nbytes > 0) {
-    ssize_t n = ::write(fd_, p, static_cast<size_t>(nbytes));
-    if (n < 0 && errno == EINTR) continue;
-    TORCH_CHECK(n > 0, "fsdp: cannot write ", nbytes, " bytes to '", path_, "' at offset ", offset_, ": ",
-                n < 0 ? errno_text() : std::string("no progress"));
-    p += n;
-    nbytes -= n;
+    const int64_t n = std::min(nbytes, kStagingBytes - staged_);
+    std::memcpy(staging_.get() + staged_, data, static_cast<size_t>(n));
+    staged_ += n;
     offset_ += n;
+    tail_unwritten_ = true;
+    data += n;
+    nbytes -= n;
+    if (staged_ == kStagingBytes) {
+      write_at(staging_.get(), kStagingBytes, offset_ - kStagingBytes);
+      staged_ = 0;
+      tail_unwritten_ = false;
+    }
+  }
+}
+
+// The staged bytes padded to whole blocks, and the file cut back to its
+// length. They stay staged: a later write_all() continues the same block.
+void OutputFile::write_staged_tail() {
+  if (!tail_unwritten_) return;
+  tail_unwritten_ = false;
+  const int64_t padded = (staged_ + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+  std::memset(staging_.get() + staged_, 0, static_cast<size_t>(padded - staged_));
+  write_at(staging_.get(), padded, offset_ - staged_);
+  TORCH_CHECK(::ftruncate(fd_, offset_) == 0, "fsdp: cannot set the length of '", path_, "' to ",
+              offset_, ": ", errno_text());
+}
+
+void OutputFile::write_at(const char* data, int64_t nbytes, int64_t at) {
+  while (nbytes > 0) {
+    const ssize_t n = ::pwrite(fd_, data, static_cast<size_t>(nbytes), at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL && (::fcntl(fd_, F_GETFL) & O_DIRECT)) {
+      // Opened with O_DIRECT, refused at the write: through the cache instead.
+      TORCH_CHECK(::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT) == 0,
+                  "fsdp: cannot write '", path_, "' without O_DIRECT: ", errno_text());
+      continue;
+    }
+    TORCH_CHECK(n > 0, "fsdp: cannot write ", nbytes, " bytes to '", path_, "' at offset ", at,
+                ": ", n < 0 ? errno_text() : std::string("no progress"));
+    data += n;
+    nbytes -= n;
+    at += n;
   }
 }
 
 void OutputFile::sync() {
   TORCH_CHECK(fd_ >= 0, "fsdp: fsync of closed file '", path_, "'");
+  write_staged_tail();
   TORCH_CHECK(::fsync(fd_) == 0, "fsdp: cannot fsync '", path_, "': ", errno_text());
 }
 
 void OutputFile::close() {
   if (fd_ < 0) return;
+  write_staged_tail();
   int rc = ::close(fd_);
   fd_ = -1;
   TORCH_CHECK(rc == 0, "fsdp: cannot close '", path_, "': ", errno_text());

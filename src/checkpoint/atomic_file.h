@@ -11,11 +11,16 @@
 
 namespace fsdp::ckpt {
 
+// Whether an OutputFile's bytes go through the page cache. See [Note: writing
+// around the page cache] in atomic_file.cpp.
+enum class PageCache { kUse, kBypass };
+
 // A file opened for writing. Closes (without fsync) on destruction.
 class OutputFile {
  public:
   // Creates `path`; fails if it exists unless `truncate_existing`.
-  OutputFile(const std::string& path, bool truncate_existing);
+  OutputFile(const std::string& path, bool truncate_existing,
+             PageCache page_cache = PageCache::kUse);
   ~OutputFile();
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
@@ -29,9 +34,21 @@ class OutputFile {
   const std::string& path() const { return path_; }
 
  private:
+  struct FreeAligned {
+    void operator()(char* p) const;
+  };
+  void stage(const char* data, int64_t nbytes);
+  void write_staged_tail();
+  void write_at(const char* data, int64_t nbytes, int64_t at);
+
   std::string path_;
   int fd_ = -1;
   int64_t offset_ = 0;
+  // PageCache::kBypass: bytes wait here until a whole buffer can be written;
+  // the first of them belongs at file offset offset_ - staged_.
+  std::unique_ptr<char, FreeAligned> staging_;
+  int64_t staged_ = 0;
+  bool tail_unwritten_ = false;  // staged bytes since write_staged_tail()
 };
 
 // A file opened for positional reads.

@@ -27,8 +27,9 @@ std::map<std::string, std::string> rank_file_metadata(int rank, int world_size) 
 }
 
 RankFileWriter::RankFileWriter(const std::string& path, int rank, int world_size,
-                               const std::vector<PieceSpec>& pieces, int64_t checksum_block_bytes)
-    : out_(path, /*truncate_existing=*/false),
+                               const std::vector<PieceSpec>& pieces, int64_t checksum_block_bytes,
+                               PageCache page_cache)
+    : out_(path, /*truncate_existing=*/false, page_cache),
       writer_(out_, declare(pieces), rank_file_metadata(rank, world_size)),
       specs_(pieces),
       block_bytes_(checksum_block_bytes) {}

@@ -25,8 +25,9 @@ struct PieceSpec {
 class RankFileWriter {
  public:
   // Creates `path` (which must not exist) and writes the header declaring `pieces`.
-  RankFileWriter(const std::string& path, int rank, int world_size, const std::vector<PieceSpec>& pieces,
-                 int64_t checksum_block_bytes);
+  RankFileWriter(const std::string& path, int rank, int world_size,
+                 const std::vector<PieceSpec>& pieces, int64_t checksum_block_bytes,
+                 PageCache page_cache = PageCache::kUse);
 
   // Writes the next declared piece: 1-D-able, declared dtype and numel, any device.
   void write_next(const at::Tensor& data);

@@ -78,7 +78,7 @@ void check_local_pieces(const std::vector<TensorPiece>& pieces) {
 // The work of round 2 on one rank: writes its pieces to its file and returns
 // the JSON record of what it wrote.
 std::string write_pieces(const std::string& staging, int rank, int world_size,
-                         const std::vector<TensorPiece>& pieces, int64_t block_bytes) {
+                         const std::vector<TensorPiece>& pieces, const SaveOptions& options) {
   check_local_pieces(pieces);
   const std::string file_name = rank_file_name(rank, world_size);
   const std::string path = (fs::path(staging) / file_name).string();
@@ -101,7 +101,8 @@ std::string write_pieces(const std::string& staging, int rank, int world_size,
     // A rank with nothing to save writes no file.
     record.end_array().member("bytes", int64_t{0}).key("file").null();
   } else {
-    detail::RankFileWriter writer(path, rank, world_size, specs, block_bytes);
+    detail::RankFileWriter writer(path, rank, world_size, specs, options.checksum_block_bytes,
+                                  options.bypass_page_cache ? PageCache::kBypass : PageCache::kUse);
     for (const TensorPiece* p : written) writer.write_next(p->data.reshape({-1}));
     const int64_t bytes = writer.finish();
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -248,9 +249,10 @@ detail::Verdict prepare_target(const std::string& dir, bool overwrite) {
 // Round 2 on every rank: writes and fsyncs its own file. The result is the
 // record of what it wrote (write_pieces).
 detail::Verdict write_rank_file(const std::string& staging, int rank, int world_size,
-                                const std::vector<TensorPiece>& pieces, int64_t block_bytes) {
+                                const std::vector<TensorPiece>& pieces,
+                                const SaveOptions& options) {
   try {
-    return detail::Verdict::success(write_pieces(staging, rank, world_size, pieces, block_bytes));
+    return detail::Verdict::success(write_pieces(staging, rank, world_size, pieces, options));
   } catch (const std::exception& e) {
     return detail::Verdict::failure(detail::error_cause(e));
   }
@@ -324,7 +326,7 @@ void save(ProcessGroup& group, const std::string& dir, const std::vector<TensorP
 
   const std::vector<detail::Verdict> written =
       exchange(group, dir, "while writing data files",
-               write_rank_file(staging, rank, group.size(), my_pieces, options.checksum_block_bytes));
+               write_rank_file(staging, rank, group.size(), my_pieces, options));
 
   const detail::Verdict committed =
       exchange(group, dir, "while writing the index",
@@ -346,8 +348,7 @@ void save_local(const std::string& dir, const std::vector<std::vector<TensorPiec
   const std::string staging = prepared.result;
   std::vector<detail::Verdict> written;
   for (int rank = 0; rank < world_size; ++rank) {
-    written.push_back(
-        write_rank_file(staging, rank, world_size, pieces_by_rank[rank], options.checksum_block_bytes));
+    written.push_back(write_rank_file(staging, rank, world_size, pieces_by_rank[rank], options));
   }
   const detail::Verdict committed = commit_checkpoint(staging, dir, written, options);
   TORCH_CHECK(committed.ok, "fsdp: checkpoint save to '", dir,

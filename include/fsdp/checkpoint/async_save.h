@@ -32,6 +32,10 @@
 //   same order on every rank; training's, on the world group, come from
 //   another thread, so sharing that group would interleave the two streams
 //   differently on different ranks.
+// - The background thread writes the data files around the page cache
+//   (SaveOptions::bypass_page_cache, whatever the caller passed): copying
+//   them into the cache is most of a write's CPU time, which it would take
+//   from training.
 // - The copies cost one more copy of this rank's pieces in host memory while
 //   a save is written. From CUDA they are synchronous copies; the background
 //   thread then runs on the CUDA device that was current at save(), which an

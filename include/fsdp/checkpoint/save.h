@@ -57,6 +57,11 @@ struct SaveOptions {
   // Block size of the xxh64 checksums (bytes): a read verifies whole blocks.
   // docs/checkpoint-format.md describes them.
   int64_t checksum_block_bytes = kDefaultChecksumBlockBytes;
+  // Write the data files around the page cache (O_DIRECT, where the
+  // filesystem has it). It saves the CPU time of copying the data into the
+  // cache, which a save in the background (AsyncSaver, which sets it) takes
+  // from training; the next read of the checkpoint then comes from the disk.
+  bool bypass_page_cache = false;
 };
 
 // Collective over `group`: every rank must call it with the same dir and

@@ -1,6 +1,7 @@
 // fsdp::ckpt::AsyncSaver on in-process ranks (threads, one Gloo group each):
 // what it writes, when its failures surface, and one save at a time. See
 // [Note: saving while training] in include/fsdp/checkpoint/async_save.h.
+// Then the host memory its copies live in (src/checkpoint/host_copies.h).
 
 #include "fsdp/checkpoint/async_save.h"
 
@@ -12,9 +13,11 @@
 #include <optional>
 #include <thread>
 
+#include "checkpoint/host_copies.h"
 #include "checkpoint/save_hook.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/run_dir.h"
+#include "fsdp/cpu_allocation_counter.h"
 #include "harness/assertions.h"
 #include "harness/rank_harness.h"
 #include "harness/temp_dir.h"
@@ -23,6 +26,7 @@ using fsdp::ckpt::AsyncSaver;
 using fsdp::ckpt::Reader;
 using fsdp::ckpt::SaveOptions;
 using fsdp::ckpt::TensorPiece;
+using fsdp::ckpt::detail::HostCopies;
 using fsdp::ckpt::testing::SavePhase;
 using fsdp::testing::RankContext;
 using fsdp::testing::run_ranks;
@@ -142,15 +146,18 @@ TEST(AsyncSave, AFailureThrowsOnEveryRankAtTheNextWaitOrSave) {
   EXPECT_FALSE(fsdp::ckpt::is_checkpoint_dir(tmp / "bad-2"));
 }
 
-// The first save is slowed before its index. The second save() returns only
-// after the first committed, and no rank writes the second before then.
+// The first save is slowed before its data file and before its index. The
+// second save() returns only after the first committed, and no rank writes
+// the second before then. The shard changes between the saves: each
+// checkpoint holds the values of its own save() (the second's copies reuse
+// the first's memory only once the first is written).
 TEST(AsyncSave, ASecondSaveWaitsForTheFirstToCommit) {
   TempDir tmp;
   const std::string first = tmp / "first";
   std::atomic<int> overlapping_writes{0};
   ScopedSaveHook hook([&](int, SavePhase phase, const std::string& path) {
     const bool of_first = path.rfind(first, 0) == 0;
-    if (of_first && phase == SavePhase::kBeforeIndex) {
+    if (of_first && (phase == SavePhase::kBeforeDataFile || phase == SavePhase::kBeforeIndex)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
     if (!of_first && phase == SavePhase::kBeforeDataFile && !fsdp::ckpt::is_checkpoint_dir(first)) {
@@ -161,6 +168,7 @@ TEST(AsyncSave, ASecondSaveWaitsForTheFirstToCommit) {
     AsyncSaver saver(*ctx.group);
     const at::Tensor shard = shard_of(full_weight(), ctx);
     TORCH_CHECK(!saver.save(first, pieces_of(shard, ctx), at_step(1)), "the first save");
+    shard.neg_();  // an optimizer step
     (void)saver.save(tmp / "second", pieces_of(shard, ctx), at_step(2));
     TORCH_CHECK(fsdp::ckpt::is_checkpoint_dir(first), "rank ", ctx.rank,
                 ": the second save() returned before the first committed");
@@ -170,6 +178,8 @@ TEST(AsyncSave, ASecondSaveWaitsForTheFirstToCommit) {
   EXPECT_EQ(overlapping_writes.load(), 0);
   EXPECT_EQ(Reader::open(first).step(), 1);
   EXPECT_EQ(Reader::open(tmp / "second").step(), 2);
+  EXPECT_TRUE(at::equal(Reader::open(first).read_full("weight"), full_weight()));
+  EXPECT_TRUE(at::equal(Reader::open(tmp / "second").read_full("weight"), -full_weight()));
 }
 
 // Three saves, each committed save seen by a different call: the first by
@@ -210,4 +220,72 @@ TEST(AsyncSave, EachCommittedSaveIsReturnedOnceByPollSaveOrWait) {
     TORCH_CHECK(by_wait && by_wait->step == 3, "rank ", ctx.rank, ": wait() returns step 3");
     TORCH_CHECK(!saver.poll() && !saver.wait(), "rank ", ctx.rank, ": each save returned once");
   });
+}
+
+// [Note: host copies outside the heap] in src/checkpoint/host_copies.h: the
+// copies are contiguous host tensors of their own, whatever the source's
+// layout, and take nothing from LibTorch's CPU allocator, whose freed memory
+// training reuses every step.
+TEST(HostCopies, HoldTheValuesInMemoryOutsideLibTorchsCpuAllocator) {
+  const fsdp::CpuAllocationCounter& counter = fsdp::CpuAllocationCounter::install();
+  const at::Tensor matrix = at::arange(12, at::kFloat).reshape({3, 4});
+  const at::Tensor ids = at::arange(5, at::kLong);
+  const at::Tensor empty = at::empty({0}, at::kBFloat16);
+  const at::Tensor scalar = at::scalar_tensor(2.5, at::kDouble);
+  std::vector<TensorPiece> pieces = {
+      {"transposed", {4, 3}, at::kFloat, 0, matrix.t()},  // not contiguous
+      {"ids", {5}, at::kLong, 0, ids},
+      {"empty", {0}, at::kBFloat16, 0, empty},
+      {"scalar", {}, at::kDouble, 0, scalar}};
+  const int64_t live_bytes = counter.current_bytes();
+  HostCopies copies;
+  copies.copy(pieces);
+  EXPECT_EQ(counter.current_bytes(), live_bytes) << "the copies came from LibTorch's CPU allocator";
+  EXPECT_EQ(copies.mapped_bytes(), size_t{2} << 20)
+      << "one huge page's worth, the smallest mapping";
+
+  matrix.fill_(-1);  // training goes on
+  ids.fill_(-1);
+  EXPECT_TRUE(at::equal(pieces[0].data, at::arange(12, at::kFloat).reshape({3, 4}).t()));
+  EXPECT_TRUE(pieces[0].data.is_contiguous());
+  EXPECT_TRUE(at::equal(pieces[1].data, at::arange(5, at::kLong)));
+  EXPECT_EQ(pieces[2].data.numel(), 0);
+  EXPECT_EQ(pieces[2].data.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(pieces[3].data.dim(), 0);
+  EXPECT_EQ(pieces[3].data.item<double>(), 2.5);
+  for (const TensorPiece& piece : pieces) {
+    EXPECT_TRUE(piece.data.device().is_cpu()) << piece.name;
+    EXPECT_FALSE(piece.data.requires_grad()) << piece.name;
+  }
+}
+
+// Each save reuses the last one's memory once none of its copies is alive;
+// a copy still alive is never overwritten, and pieces that outgrow the
+// mapping get a larger one.
+TEST(HostCopies, ReuseTheirMemoryOnceThePreviousCopiesAreGone) {
+  const auto filled = [](float value, int64_t numel) {
+    return std::vector<TensorPiece>{{"w", {numel}, at::kFloat, 0, at::full({numel}, value)}};
+  };
+  HostCopies copies;
+  auto first = filled(1, 1000);
+  copies.copy(first);
+  const void* memory = first[0].data.data_ptr();
+  first.clear();  // the first save written
+
+  auto second = filled(2, 1000);
+  copies.copy(second);
+  EXPECT_EQ(second[0].data.data_ptr(), memory) << "the first save's memory, reused";
+  auto third = filled(3, 1000);
+  copies.copy(third);  // while the second's copies are alive
+  EXPECT_NE(third[0].data.data_ptr(), memory);
+  EXPECT_TRUE(at::equal(second[0].data, at::full({1000}, 2.0f))) << "overwritten while alive";
+  EXPECT_TRUE(at::equal(third[0].data, at::full({1000}, 3.0f)));
+  second.clear();
+  third.clear();
+
+  const int64_t three_mib = int64_t{3} << 18;  // floats
+  auto larger = filled(4, three_mib);
+  copies.copy(larger);
+  EXPECT_EQ(copies.mapped_bytes(), size_t{4} << 20);
+  EXPECT_TRUE(at::equal(larger[0].data, at::full({three_mib}, 4.0f)));
 }

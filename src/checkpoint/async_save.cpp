@@ -12,6 +12,7 @@
 #include <numeric>
 #include <utility>
 
+#include "checkpoint/host_copies.h"
 #include "fsdp/comm/process_group.h"
 #include "fsdp/error_message.h"
 
@@ -31,16 +32,6 @@ std::shared_ptr<ProcessGroup> saver_group(ProcessGroup& world) {
   return world.new_subgroup(everyone, world.options().name + "/async-save");
 }
 
-// The pieces with their data copied to host memory, detached from any
-// autograd graph: what the background thread writes while training changes
-// the originals.
-void copy_to_host(std::vector<TensorPiece>& pieces) {
-  for (TensorPiece& piece : pieces) {
-    piece.data = piece.data.detach().to(at::kCPU, piece.data.scalar_type(),
-                                        /*non_blocking=*/false, /*copy=*/true);
-  }
-}
-
 // The calling thread's CUDA device, where CUDA is present. The background
 // thread must use it too: a new thread starts on device 0, and an NCCL
 // group's control tensors go to the current device (see [Note: a group's
@@ -52,7 +43,8 @@ c10::optional<c10::Device> current_cuda_device() {
 
 }  // namespace
 
-AsyncSaver::AsyncSaver(ProcessGroup& world) : group_(saver_group(world)) {}
+AsyncSaver::AsyncSaver(ProcessGroup& world)
+    : group_(saver_group(world)), host_copies_(std::make_unique<detail::HostCopies>()) {}
 
 AsyncSaver::~AsyncSaver() {
   if (pending_.valid()) collect();
@@ -72,7 +64,7 @@ std::optional<FinishedSave> AsyncSaver::save(const std::string& dir,
   finish_pending();  // at most one in flight; its failure throws here, on every rank
   std::optional<FinishedSave> previous = std::exchange(finished_, std::nullopt);
   const auto copy_start = Clock::now();
-  copy_to_host(pieces);
+  host_copies_->copy(pieces);  // the last save's copies are free: it finished
   FinishedSave finished{dir, options.step, seconds_since(copy_start), 0};
   SaveOptions write_options = options;
   write_options.bypass_page_cache = true;  // see SaveOptions::bypass_page_cache

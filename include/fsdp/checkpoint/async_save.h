@@ -36,8 +36,12 @@
 //   (SaveOptions::bypass_page_cache, whatever the caller passed): copying
 //   them into the cache is most of a write's CPU time, which it would take
 //   from training.
-// - The copies cost one more copy of this rank's pieces in host memory while
-//   a save is written. From CUDA they are synchronous copies; the background
+// - The copies cost one more copy of this rank's pieces in host memory, kept
+//   for the saver's life in a mapping of its own that each save reuses: from
+//   the heap, they took the memory training reuses every step, which then
+//   faulted in fresh pages while the save was written ([Note: host copies
+//   outside the heap] in src/checkpoint/host_copies.h). From CUDA they are
+//   synchronous copies to pageable memory; the background
 //   thread then runs on the CUDA device that was current at save(), which an
 //   NCCL group's control tensors use.
 // - At most one save is in flight: save() first waits for the one before.
@@ -66,6 +70,10 @@ class ProcessGroup;
 }
 
 namespace fsdp::ckpt {
+
+namespace detail {
+class HostCopies;
+}
 
 // A save that committed.
 struct FinishedSave {
@@ -119,6 +127,7 @@ class AsyncSaver {
   void finish_pending();
 
   std::shared_ptr<ProcessGroup> group_;   // the background saves' own
+  std::unique_ptr<detail::HostCopies> host_copies_;  // what save() copies the pieces into
   std::future<Outcome> pending_;          // the save in flight
   std::optional<FinishedSave> finished_;  // committed, not yet returned
   std::exception_ptr failure_;            // failed, not yet thrown

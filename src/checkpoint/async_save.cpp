@@ -64,7 +64,7 @@ std::optional<FinishedSave> AsyncSaver::save(const std::string& dir,
   finish_pending();  // at most one in flight; its failure throws here, on every rank
   std::optional<FinishedSave> previous = std::exchange(finished_, std::nullopt);
   const auto copy_start = Clock::now();
-  host_copies_->copy(pieces);  // the last save's copies are free: it finished
+  host_copies_->copy(pieces);  // into the last save's memory: finish_pending() ended it
   FinishedSave finished{dir, options.step, seconds_since(copy_start), 0};
   SaveOptions write_options = options;
   write_options.bypass_page_cache = true;  // see SaveOptions::bypass_page_cache

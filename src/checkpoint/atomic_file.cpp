@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "round_up.h"
+
 namespace fsdp::ckpt {
 
 namespace fs = std::filesystem;
@@ -90,7 +92,7 @@ void OutputFile::stage(const char* data, int64_t nbytes) {
 void OutputFile::write_staged_tail() {
   if (!tail_unwritten_) return;
   tail_unwritten_ = false;
-  const int64_t padded = (staged_ + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+  const int64_t padded = round_up(staged_, kDirectAlign);
   std::memset(staging_.get() + staged_, 0, static_cast<size_t>(padded - staged_));
   write_at(staging_.get(), padded, offset_ - staged_);
   TORCH_CHECK(::ftruncate(fd_, offset_) == 0, "fsdp: cannot set the length of '", path_, "' to ",

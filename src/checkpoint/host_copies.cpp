@@ -10,20 +10,17 @@
 #include <utility>
 
 #include "checkpoint/atomic_file.h"
+#include "round_up.h"
 
 namespace fsdp::ckpt::detail {
 namespace {
 
-constexpr size_t kCopyAlignment = 64;               // each copy starts on a cache line
-constexpr size_t kHugePageBytes = size_t{2} << 20;  // the mapping's size is a multiple
+constexpr int64_t kCopyAlignment = 64;                // each copy starts on a cache line
+constexpr int64_t kHugePageBytes = int64_t{2} << 20;  // the mapping's size is a multiple
 
-size_t round_up(size_t bytes, size_t multiple) {
-  return (bytes + multiple - 1) / multiple * multiple;
-}
-
-size_t copy_bytes(const at::Tensor& data) {
+int64_t copy_bytes(const at::Tensor& data) {
   if (!data.defined()) return 0;  // left for save() to refuse by name
-  return round_up(static_cast<size_t>(data.numel()) * data.element_size(), kCopyAlignment);
+  return round_up(data.numel() * static_cast<int64_t>(data.element_size()), kCopyAlignment);
 }
 
 }  // namespace
@@ -51,13 +48,15 @@ HostCopies::Mapping::Mapping(size_t size) : bytes(size) {
 }
 
 void HostCopies::copy(std::vector<TensorPiece>& pieces) {
-  size_t needed = 0;
+  int64_t needed = 0;
   for (const TensorPiece& piece : pieces) needed += copy_bytes(piece.data);
   // A copy still alive (it holds the mapping too) may still be read.
-  const bool reusable = mapping_ && mapping_.use_count() == 1 && mapping_->bytes >= needed;
+  const bool reusable =
+      mapping_ && mapping_.use_count() == 1 && mapping_->bytes >= static_cast<size_t>(needed);
   if (!reusable) {
     mapping_.reset();  // unmapped now if nothing else holds it, before mapping more
-    mapping_ = std::make_shared<Mapping>(round_up(std::max<size_t>(needed, 1), kHugePageBytes));
+    const int64_t size = round_up(std::max<int64_t>(needed, 1), kHugePageBytes);
+    mapping_ = std::make_shared<Mapping>(static_cast<size_t>(size));
   }
   char* next = static_cast<char*>(mapping_->data);
   for (TensorPiece& piece : pieces) {

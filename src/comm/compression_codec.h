@@ -8,14 +8,9 @@
 #include <cstdint>
 
 #include "fsdp/comm/compression.h"
+#include "round_up.h"  // the byte alignment of the wire format's parts
 
 namespace fsdp {
-
-// `n` rounded up to a multiple of `multiple` (> 0): the byte alignment of the
-// wire format's parts.
-inline int64_t round_up(int64_t n, int64_t multiple) {
-  return (n + multiple - 1) / multiple * multiple;
-}
 
 // Bytes `numel` values take on the wire in `compression`'s format (kAsIs:
 // fp32's). Throws c10::Error naming a block size below 1.

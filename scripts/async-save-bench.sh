@@ -2,9 +2,11 @@
 # What checkpoints cost training (issue #33): a 57 M-parameter GPT (8 blocks
 # of width 768) at 2 ranks, trained with no step checkpoints, with
 # synchronous ones every 5 steps and with --async-save ones every 5 steps,
-# the three interleaved in each of REPS rounds (default 2). Prints, per
-# mode, the ratio of its wall time per step to the run without saves of the
-# same round, three times (and "s/step", the whole run's):
+# the three interleaved in each of REPS rounds (default 2), each round in
+# another order (none-sync-async, sync-async-none, async-none-sync, ...) so
+# that no mode always runs first. Prints, per mode, the ratio of its wall
+# time per step to the run without saves of the same round, three times
+# (and "s/step", the whole run's):
 # - "steady": from step 1 to step 16, three saves in 15 steps (each save's
 #   cost falls in the step after it), the step time of a long run;
 # - "later": from step 6 to step 16, the saves of steps 10 and 15 in 10
@@ -13,14 +15,21 @@
 # - "whole run": from step 1 to the last, which adds the last step's
 #   validation and, before it, the save of step 20 (a background one must
 #   end before the final checkpoint).
-# Runs follow each other, so the machine's drift between them (about +-5%
-# on this project's VM) enters those ratios. Hence a fourth figure, taken
-# inside each run: "s/save", the mean over the saves of steps 10 and 15 of
-# the wall time of the two steps after each (a background write may outlast
-# the first) less twice the median of steps 3 to 20 outside those pairs
-# (and the first save's), and "in-run", one plus that over five such median
-# steps. The run without saves gets them too: its s/save is the method's
-# noise.
+# Runs follow each other, so the machine's drift between them enters those
+# ratios: on this project's VM the same run varies by up to 10% from one
+# run to the next. Hence three figures taken inside each run:
+# - "pace": the median of steps 3 to 20 that follow no save (the two after
+#   each save of steps 5, 10, 15 and 20 are left out), over the run without
+#   saves' median: the drift, and any slowing of the steps a save does not
+#   touch;
+# - "s/save": the mean over the saves of steps 10 and 15 of the wall time of
+#   the two steps after each (a background write may outlast the first),
+#   less twice that median;
+# - "in-run": one plus s/save over five median steps, the step time a save
+#   every 5 steps costs in its own run. The run without saves gets it too:
+#   there it is the method's noise.
+# After the rounds, a "median" line per mode gives each column's median
+# over the rounds.
 # docs/trainer.md#asynchronous-saves records the results.
 #
 #   scripts/async-save-bench.sh [REPS] [STEPS]   (after `make`; BUILD_DIR=build)
@@ -32,7 +41,7 @@ cd "$(dirname "$0")/.."
 bin=${BUILD_DIR:-build}/bin
 reps=${1:-2}
 steps=${2:-21}
-extra=${FSDP_BENCH_TRAIN_ARGS:---batch 4 --context 128}
+read -r -a extra <<<"${FSDP_BENCH_TRAIN_ARGS:---batch 4 --context 128}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ((steps >= 21)) || { echo "async-save-bench: STEPS must be at least 21 (the in-run figure reads steps 3-20), got $steps" >&2; exit 1; }
@@ -56,37 +65,70 @@ step_seconds() {
     awk 'NR > 1 { print $1, $2 - e } { e = $2 }'
 }
 
-# "S/SAVE IN-RUN" for a run dir: see the top of this file.
-cost_per_save() {
-  local steps median
-  steps=$(step_seconds "$1")
-  median=$(awk '$1 >= 3 && $1 <= 20 && ($1 - 1) % 5 > 1 { print $2 }' <<<"$steps" |
-    sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-  awk -v median="$median" '$1 >= 11 && $1 <= 17 && ($1 - 1) % 5 <= 1 { sum += $2 - median }
-    END { printf "%.3f %.3f", sum / 2, 1 + sum / 2 / (5 * median) }' <<<"$steps"
+# The median of steps 3 to 20 that follow no save, from step_seconds lines.
+median_step() {
+  awk '$1 >= 3 && $1 <= 20 && ($1 - 1) % 5 > 1 { print $2 }' |
+    sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-echo "57 M GPT (--layers 8 --width 768 --heads 12 $extra), 2 ranks, $steps steps," \
+# "MEDIAN S/SAVE IN-RUN" for a run dir: see the top of this file.
+in_run_figures() {
+  local steps median
+  steps=$(step_seconds "$1")
+  median=$(median_step <<<"$steps")
+  awk -v median="$median" '$1 >= 11 && $1 <= 17 && ($1 - 1) % 5 <= 1 { sum += $2 - median }
+    END { printf "%s %.3f %.3f", median, sum / 2, 1 + sum / 2 / (5 * median) }' <<<"$steps"
+}
+
+# Trains one run of MODE into run dir DIR.
+train() {
+  local mode=$1 dir=$2
+  local args=(--layers 8 --width 768 --heads 12 "${extra[@]}" --steps "$steps" --eval-every 0
+              --sample-bytes 0 --quiet --run-dir "$dir")
+  [[ $mode == none ]] || args+=(--save-every 5)
+  [[ $mode == async ]] && args+=(--async-save)
+  "$bin/fsdp-run" --standalone --nproc-per-node 2 -- "$bin/fsdp-train" "${args[@]}" \
+    >"$work/out" 2>&1 || { cat "$work/out" >&2; exit 1; }
+}
+
+# "STEADY LATER WHOLE MEDIAN S/SAVE IN-RUN" for a run dir: seconds per step
+# over steps 1-16, 6-16 and the whole run, then in_run_figures.
+run_figures() {
+  echo "$(seconds_per_step "$1" 1 16) $(seconds_per_step "$1" 6 16)" \
+    "$(seconds_per_step "$1" 1 0) $(in_run_figures "$1")"
+}
+
+echo "57 M GPT (--layers 8 --width 768 --heads 12 ${extra[*]}), 2 ranks, $steps steps," \
   "checkpoints every 5; $(nproc) cores"
-printf '%-6s %-6s %7s %7s %7s %8s | %7s %7s\n' round mode steady later "whole" "s/step" s/save in-run
-ratio() { awk "BEGIN { print $1 / $2 }"; }
+printf '%-6s %-6s %7s %7s %7s %8s | %7s %7s %7s\n' round mode steady later whole s/step \
+  pace s/save in-run
+modes=(none sync async)
 for rep in $(seq 1 "$reps"); do
-  none="" none_steady="" none_later=""
-  for mode in none sync async; do
-    args=(--layers 8 --width 768 --heads 12 $extra --steps "$steps" --eval-every 0
-          --sample-bytes 0 --quiet --run-dir "$work/$rep-$mode")
-    [[ $mode == none ]] || args+=(--save-every 5)
-    [[ $mode == async ]] && args+=(--async-save)
-    "$bin/fsdp-run" --standalone --nproc-per-node 2 -- "$bin/fsdp-train" "${args[@]}" \
-      >"$work/out" 2>&1 || { cat "$work/out" >&2; exit 1; }
-    steady=$(seconds_per_step "$work/$rep-$mode" 1 16)
-    later=$(seconds_per_step "$work/$rep-$mode" 6 16)
-    s=$(seconds_per_step "$work/$rep-$mode" 1 0)
-    [[ $mode == none ]] && none=$s none_steady=$steady none_later=$later
-    read -r per_save in_run <<<"$(cost_per_save "$work/$rep-$mode")"
-    printf '%-6s %-6s %7.3f %7.3f %7.3f %8.3f | %7.3f %7.3f\n' "$rep" "$mode" \
-      "$(ratio "$steady" "$none_steady")" "$(ratio "$later" "$none_later")" "$(ratio "$s" "$none")" \
-      "$s" "$per_save" "$in_run"
-    rm -rf "$work/$rep-$mode"
+  declare -A figures=()
+  for k in 0 1 2; do
+    mode=${modes[(rep - 1 + k) % 3]}
+    train "$mode" "$work/run"
+    figures[$mode]=$(run_figures "$work/run")
+    rm -rf "$work/run"
   done
+  for mode in "${modes[@]}"; do
+    # Each mode's seconds over the run without saves', as ratios.
+    read -r steady later whole median per_save in_run <<<"${figures[$mode]}"
+    read -r n_steady n_later n_whole n_median _ <<<"${figures[none]}"
+    awk -v rep="$rep" -v mode="$mode" \
+      "BEGIN { printf \"%-6s %-6s %7.3f %7.3f %7.3f %8.3f | %7.3f %7.3f %7.3f\\n\", rep, mode,
+               $steady / $n_steady, $later / $n_later, $whole / $n_whole, $whole,
+               $median / $n_median, $per_save, $in_run }" | tee -a "$work/table"
+  done
+done
+# Each column's median over the rounds, per mode.
+for mode in "${modes[@]}"; do
+  awk -v mode="$mode" '$2 == mode { n++; for (c = 3; c <= 10; c++) v[c, n] = $c }
+    function median(c,   i, j, t, a) {
+      for (i = 1; i <= n; i++) a[i] = v[c, i]
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    END { printf "%-6s %-6s %7.3f %7.3f %7.3f %8.3f | %7.3f %7.3f %7.3f\n", "median", mode,
+          median(3), median(4), median(5), median(6), median(8), median(9), median(10) }' "$work/table"
 done

@@ -238,7 +238,7 @@ TEST(GradAccumulationGuard, RestoresThePreviousSetting) {
   });
 }
 
-// Both work on any unit once fully_shard has run (test_runtime_switches.cpp
+// Both work on any unit once fully_shard has run (test_reduction_switches.cpp
 // has a nested one), and say so before.
 TEST(GradAccumulationGuard, NeedsAShardedUnit) {
   Mlp local(4, 5, 2, true);

@@ -7,9 +7,14 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <thread>
 
@@ -288,4 +293,45 @@ TEST(HostCopies, ReuseTheirMemoryOnceThePreviousCopiesAreGone) {
   copies.copy(larger);
   EXPECT_EQ(copies.mapped_bytes(), size_t{4} << 20);
   EXPECT_TRUE(at::equal(larger[0].data, at::full({three_mib}, 4.0f)));
+}
+
+// [Note: reserving the host copies]: reserve() maps the memory and faults
+// every page of it in at once; a copy that fits lands in it without mapping
+// again, and a reservation already held is kept.
+TEST(HostCopies, AReservationIsFaultedInAndTakenByTheNextCopy) {
+  HostCopies copies;
+  copies.reserve(int64_t{3} << 20);
+  ASSERT_EQ(copies.mapped_bytes(), size_t{4} << 20);
+  std::vector<TensorPiece> pieces = {{"w", {8}, at::kFloat, 0, at::ones({8})}};
+  copies.copy(pieces);
+  EXPECT_EQ(copies.mapped_bytes(), size_t{4} << 20) << "the copy fit: no new mapping";
+  void* start = pieces[0].data.data_ptr();  // the first copy starts the mapping
+  const size_t pages = copies.mapped_bytes() / static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident(pages);
+  ASSERT_EQ(::mincore(start, copies.mapped_bytes(), resident.data()), 0) << std::strerror(errno);
+  EXPECT_EQ(std::count_if(resident.begin(), resident.end(), [](unsigned char r) { return r & 1; }),
+            static_cast<std::ptrdiff_t>(pages))
+      << "pages the reservation left for a save to fault in";
+  pieces.clear();
+  copies.reserve(int64_t{1} << 20);
+  std::vector<TensorPiece> again = {{"w", {8}, at::kFloat, 0, at::ones({8})}};
+  copies.copy(again);
+  EXPECT_EQ(again[0].data.data_ptr(), start) << "a smaller reservation kept the mapping";
+}
+
+// reserve() cannot take the memory a save in flight still reads, nor a
+// negative size; both errors name the value and the fix.
+TEST(AsyncSave, ReserveRefusesASaveInFlightAndNegativeBytes) {
+  TempDir tmp;
+  run_ranks(1, [&](RankContext& ctx) {
+    AsyncSaver saver(*ctx.group);
+    EXPECT_THROWS_WITH(saver.reserve(-1), "AsyncSaver::reserve(-1): the bytes must be 0 or more");
+    at::Tensor shard = shard_of(full_weight(), ctx);
+    (void)saver.save(tmp / "step-1", pieces_of(shard, ctx), at_step(1));
+    EXPECT_THROWS_WITH(saver.reserve(4096),
+                       "reserve(4096) was called while a save is in flight; call it before the "
+                       "first save() or after wait()");
+    (void)saver.wait();
+    saver.reserve(4096);
+  });
 }

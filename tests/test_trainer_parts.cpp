@@ -1,10 +1,11 @@
 // fsdp-train's pure parts, compiled in from tools/fsdp-train/: the batch
 // sampler, the learning-rate schedule, the option checks, the model presets,
-// the device checks, the metrics lines (restart markers too) and the
-// summary's hook times.
+// the device checks, the metrics lines (restart markers too), the
+// summary's hook times and the host memory --async-save reserves.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -12,8 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "async_copy_bytes.h"
 #include "corpus.h"
+#include "fsdp/checkpoint/async_save.h"
+#include "fsdp/checkpoint/training_state.h"
+#include "fsdp/fully_shard.h"
 #include "fsdp/models/gpt.h"
+#include "harness/models.h"
+#include "harness/rank_harness.h"
 #include "harness/temp_dir.h"
 #include "lr_schedule.h"
 #include "memory_check.h"
@@ -385,6 +392,31 @@ TEST(TrainerMetrics, RedoneWorkCountsEveryRestartEvenOneWhoseMarkerIsDropped) {
   EXPECT_EQ(read_back->total_redone_steps, 6);
   EXPECT_FALSE(fsdp_train::StepRecord::from_json_line(lines[2]).has_value())
       << "a marker must not read as a step";
+}
+
+// What --async-save reserves before the first step is exactly what its
+// saves then copy: AdamW's moments and steps counted before they exist, at
+// world sizes that leave some ranks short shards; once the state exists
+// (a resumed run), the pieces alone.
+TEST(TrainerAsyncSave, ReservesExactlyWhatEachSaveCopies) {
+  for (int world_size : {1, 3}) {
+    fsdp::testing::run_ranks(world_size, [](fsdp::testing::RankContext& ctx) {
+      at::manual_seed(7);
+      const auto config = fsdp::testing::tiny_gpt_config(true);
+      auto model = fsdp::fully_shard(fsdp::models::GPT(config), fsdp::FullyShardOptions(ctx.group));
+      torch::optim::AdamW adamw(model->parameters());
+      const int64_t reserved = fsdp_train::async_copy_bytes(*model, adamw, ctx.rank);
+
+      const at::Tensor tokens = at::randint(0, config.vocab_size, {2, config.context});
+      fsdp::models::lm_loss(model->forward(tokens), tokens).backward();
+      adamw.step();
+      const int64_t copied =
+          fsdp::ckpt::host_copy_bytes(fsdp::ckpt::training_state_pieces(*model, &adamw));
+      EXPECT_EQ(reserved, copied) << fsdp::testing::rank_str(ctx) << " of " << ctx.world_size;
+      EXPECT_EQ(fsdp_train::async_copy_bytes(*model, adamw, ctx.rank), copied)
+          << fsdp::testing::rank_str(ctx) << " of " << ctx.world_size << ", state present";
+    });
+  }
 }
 
 }  // namespace

@@ -58,6 +58,17 @@ AsyncSaver::~AsyncSaver() {
   }
 }
 
+void AsyncSaver::reserve(int64_t bytes) {
+  // The copies of a save in flight hold the mapping: a reservation then
+  // would map a second one beside it.
+  TORCH_CHECK(!pending_.valid(), "fsdp: AsyncSaver::reserve(", bytes,
+              ") was called while a save is in flight; call it before the first save() "
+              "or after wait()");
+  TORCH_CHECK(bytes >= 0, "fsdp: AsyncSaver::reserve(", bytes,
+              "): the bytes must be 0 or more (host_copy_bytes of the pieces to save)");
+  host_copies_->reserve(bytes);
+}
+
 std::optional<FinishedSave> AsyncSaver::save(const std::string& dir,
                                              std::vector<TensorPiece> pieces,
                                              const SaveOptions& options) {

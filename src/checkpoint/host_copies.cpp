@@ -7,9 +7,11 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "checkpoint/atomic_file.h"
+#include "fsdp/checkpoint/async_save.h"
 #include "round_up.h"
 
 namespace fsdp::ckpt::detail {
@@ -47,17 +49,26 @@ HostCopies::Mapping::Mapping(size_t size) : bytes(size) {
   (void)::madvise(data, bytes, MADV_HUGEPAGE);
 }
 
-void HostCopies::copy(std::vector<TensorPiece>& pieces) {
-  int64_t needed = 0;
-  for (const TensorPiece& piece : pieces) needed += copy_bytes(piece.data);
+bool HostCopies::fits(int64_t bytes) const {
   // A copy still alive (it holds the mapping too) may still be read.
-  const bool reusable =
-      mapping_ && mapping_.use_count() == 1 && mapping_->bytes >= static_cast<size_t>(needed);
-  if (!reusable) {
-    mapping_.reset();  // unmapped now if nothing else holds it, before mapping more
-    const int64_t size = round_up(std::max<int64_t>(needed, 1), kHugePageBytes);
-    mapping_ = std::make_shared<Mapping>(static_cast<size_t>(size));
-  }
+  return mapping_ && mapping_.use_count() == 1 && mapping_->bytes >= static_cast<size_t>(bytes);
+}
+
+void HostCopies::map(int64_t bytes) {
+  mapping_.reset();  // unmapped now if nothing else holds it, before mapping more
+  const int64_t size = round_up(std::max<int64_t>(bytes, 1), kHugePageBytes);
+  mapping_ = std::make_shared<Mapping>(static_cast<size_t>(size));
+}
+
+void HostCopies::reserve(int64_t bytes) {
+  if (fits(bytes)) return;
+  map(bytes);
+  std::memset(mapping_->data, 0, mapping_->bytes);  // faults every page in, here
+}
+
+void HostCopies::copy(std::vector<TensorPiece>& pieces) {
+  const int64_t needed = host_copy_bytes(pieces);
+  if (!fits(needed)) map(needed);
   char* next = static_cast<char*>(mapping_->data);
   for (TensorPiece& piece : pieces) {
     if (!piece.data.defined()) continue;
@@ -74,3 +85,13 @@ void HostCopies::copy(std::vector<TensorPiece>& pieces) {
 size_t HostCopies::mapped_bytes() const { return mapping_ ? mapping_->bytes : 0; }
 
 }  // namespace fsdp::ckpt::detail
+
+namespace fsdp::ckpt {
+
+int64_t host_copy_bytes(const std::vector<TensorPiece>& pieces) {
+  int64_t bytes = 0;
+  for (const TensorPiece& piece : pieces) bytes += detail::copy_bytes(piece.data);
+  return bytes;
+}
+
+}  // namespace fsdp::ckpt

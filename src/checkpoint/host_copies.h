@@ -18,6 +18,7 @@
 // memory (the first save of a training run took 0.3 to 0.9 s to copy).
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -33,11 +34,22 @@ class HostCopies {
   // and the old one goes when its last copy does.
   void copy(std::vector<TensorPiece>& pieces);
 
+  // Maps at least `bytes` now and touches every page of it, so that a later
+  // copy() that fits faults no fresh pages in (see [Note: reserving the host
+  // copies] in fsdp/checkpoint/async_save.h). Keeps the mapping it has if
+  // that is as large and no copy holds it.
+  void reserve(int64_t bytes);
+
   // Bytes mapped for the latest copies (0 before the first).
   size_t mapped_bytes() const;
 
  private:
   struct Mapping;
+  // Whether the mapping held can take `bytes` of copies now.
+  bool fits(int64_t bytes) const;
+  // Drops the mapping held and maps at least `bytes` anew.
+  void map(int64_t bytes);
+
   std::shared_ptr<Mapping> mapping_;  // also held by every copy made in it
 };
 

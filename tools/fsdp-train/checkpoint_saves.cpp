@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "async_copy_bytes.h"
 #include "fsdp/checkpoint/training_state.h"
 #include "phase_times.h"
 #include "run_dir.h"
@@ -22,12 +23,16 @@ void create_parent(const std::string& dir) {
 }  // namespace
 
 CheckpointSaves::CheckpointSaves(fsdp::ProcessGroup& world, const TrainOptions& options,
-                                 std::string run_dir, std::string extras_json)
+                                 std::string run_dir, std::string extras_json,
+                                 const fsdp::UnitModule& model,
+                                 const torch::optim::AdamW& optimizer)
     : world_(world),
       o_(options),
       run_dir_(std::move(run_dir)),
       extras_json_(std::move(extras_json)) {
-  if (o_.async_save) async_.emplace(world_);
+  if (!o_.async_save) return;
+  async_.emplace(world_);
+  async_->reserve(async_copy_bytes(model, optimizer, world_.rank()));
 }
 
 void CheckpointSaves::after_step(int64_t step, const fsdp::UnitModule& model,

@@ -17,6 +17,7 @@
 #include "train_options.h"
 
 namespace torch::optim {
+class AdamW;
 class Optimizer;
 }
 
@@ -24,10 +25,13 @@ namespace fsdp_train {
 
 class CheckpointSaves {
  public:
-  // Collective (with --async-save it makes the saver's group). `extras_json`
-  // goes into every checkpoint (checkpoint_extras, resume_config.h).
+  // Collective (with --async-save it makes the saver's group, and reserves
+  // the host memory of its copies of `model` and `optimizer`: [Note:
+  // reserving the host copies]). `extras_json` goes into every checkpoint
+  // (checkpoint_extras, resume_config.h).
   CheckpointSaves(fsdp::ProcessGroup& world, const TrainOptions& options, std::string run_dir,
-                  std::string extras_json);
+                  std::string extras_json, const fsdp::UnitModule& model,
+                  const torch::optim::AdamW& optimizer);
 
   // Collective, after `step`'s optimizer step: a step checkpoint if one is
   // due. Rank 0 notes the saves that committed (and prunes after them).

@@ -208,8 +208,9 @@ void add_output_options(CLI::App& app, TrainOptions& o, OptionRecorder& rec) {
           ->capture_default_str());
   rec(out->add_flag("--async-save", o.async_save,
                     "write the --save-every checkpoints in the background: training stops "
-                    "only to copy its shards to host memory (one more copy of them per rank, "
-                    "kept from the first save to the end), "
+                    "only to copy its shards to host memory (one more copy of them and of "
+                    "the AdamW state per rank, taken before the first step and kept to the "
+                    "end), "
                     "and a save still being written when the next is due is waited for; "
                     "the final checkpoint is written before the run ends"));
   rec(out->add_option("--resume", o.resume,

@@ -159,7 +159,8 @@ int Trainer::run() {
   // Safe under the lock: no other run saves here. Partial saves of a killed
   // run can be as large as the model; nothing can resume from them.
   if (rank0_) cleaned_ = fsdp::ckpt::clean_partial_checkpoints(run_dir_);
-  saves_.emplace(world_, o_, run_dir_, checkpoint_extras(o_, s_.corpus, world_.size()));
+  saves_.emplace(world_, o_, run_dir_, checkpoint_extras(o_, s_.corpus, world_.size()), **model_,
+                 *optimizer_);
   const fsdp::MemoryStats initial = fsdp::memory_stats(**model_);
   sharded_bytes_ = gather(initial.sharded_param_bytes);
   if (rank0_) start_outputs(initial);

@@ -396,8 +396,8 @@ TEST(TrainerMetrics, RedoneWorkCountsEveryRestartEvenOneWhoseMarkerIsDropped) {
 
 // What --async-save reserves before the first step is exactly what its
 // saves then copy: AdamW's moments and steps counted before they exist, at
-// world sizes that leave some ranks short shards; once the state exists
-// (a resumed run), the pieces alone.
+// 1 and 3 ranks (rank 0 alone saves the steps); once the state exists (a
+// resumed run), the pieces alone.
 TEST(TrainerAsyncSave, ReservesExactlyWhatEachSaveCopies) {
   for (int world_size : {1, 3}) {
     fsdp::testing::run_ranks(world_size, [](fsdp::testing::RankContext& ctx) {

@@ -65,10 +65,14 @@ step_seconds() {
     awk 'NR > 1 { print $1, $2 - e } { e = $2 }'
 }
 
+# The median of the numbers on stdin, one per line.
+median() {
+  sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 # The median of steps 3 to 20 that follow no save, from step_seconds lines.
 median_step() {
-  awk '$1 >= 3 && $1 <= 20 && ($1 - 1) % 5 > 1 { print $2 }' |
-    sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+  awk '$1 >= 3 && $1 <= 20 && ($1 - 1) % 5 > 1 { print $2 }' | median
 }
 
 # "MEDIAN S/SAVE IN-RUN" for a run dir: see the top of this file.
@@ -123,12 +127,9 @@ for rep in $(seq 1 "$reps"); do
 done
 # Each column's median over the rounds, per mode.
 for mode in "${modes[@]}"; do
-  awk -v mode="$mode" '$2 == mode { n++; for (c = 3; c <= 10; c++) v[c, n] = $c }
-    function median(c,   i, j, t, a) {
-      for (i = 1; i <= n; i++) a[i] = v[c, i]
-      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    END { printf "%-6s %-6s %7.3f %7.3f %7.3f %8.3f | %7.3f %7.3f %7.3f\n", "median", mode,
-          median(3), median(4), median(5), median(6), median(8), median(9), median(10) }' "$work/table"
+  medians=()
+  for column in 3 4 5 6 8 9 10; do
+    medians+=("$(awk -v mode="$mode" -v c="$column" '$2 == mode { print $c }' "$work/table" | median)")
+  done
+  printf '%-6s %-6s %7.3f %7.3f %7.3f %8.3f | %7.3f %7.3f %7.3f\n' median "$mode" "${medians[@]}"
 done

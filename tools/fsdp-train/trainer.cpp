@@ -4,14 +4,11 @@
 #include "trainer.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Context.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <filesystem>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -24,21 +21,19 @@
 #include "fsdp/fully_shard.h"
 #include "fsdp/introspection.h"
 #include "fsdp/models/gpt.h"
-#include "generate.h"
 #include "gpt_setup.h"
 #include "lr_schedule.h"
 #include "memory_check.h"
 #include "metrics_log.h"
-#include "output_file.h"
-#include "peak_memory.h"
 #include "phase_times.h"
 #include "plot.h"
 #include "progress.h"
-#include "rank_figures.h"
+#include "rank_memory.h"
 #include "report.h"
 #include "resume_config.h"
 #include "run_dir.h"
 #include "run_dir_lock.h"
+#include "sample_file.h"
 #include "step_measures.h"
 #include "training_device.h"
 
@@ -116,11 +111,8 @@ class Trainer {
   std::vector<int64_t> gather(int64_t mine) { return fsdp::all_gather_int64(world_, mine); }
   double estimate_eta(int64_t step, double elapsed) const;
   // After the loop.
-  std::string sample_text();
-  std::vector<RankMemory> gather_rank_memory();
-  void report(const LoopOutcome& loop, std::vector<RankMemory> memory,
-              const std::string& final_dir, const std::string& sample);
-  std::string write_sample(const std::string& sample) const;
+  void report(const LoopOutcome& loop, std::vector<RankMemory> memory, const std::string& final_dir,
+              const std::string& sample);
   // Small tensors for the trainer's own collectives. See [Note: a group's device].
   at::TensorOptions collective_options(at::ScalarType dtype) const {
     return at::TensorOptions().dtype(dtype).device(fsdp::collective_device(world_, s_.device));
@@ -175,8 +167,9 @@ int Trainer::run() {
   const std::string final_dir = saves_->final_dir();
   saves_->save_final(loop.last_step, **model_, *optimizer_);
   std::string sample;
-  if (o_.sample_bytes > 0) sample = sample_text();
-  std::vector<RankMemory> memory = gather_rank_memory();
+  if (o_.sample_bytes > 0) sample = generate_sample(*model_, o_, s_.device);
+  std::vector<RankMemory> memory =
+      gather_rank_memory(world_, **model_, *optimizer_, measures_.run_peaks());
   if (rank0_) report(loop, std::move(memory), final_dir, sample);
   return 0;
 }
@@ -412,38 +405,6 @@ double Trainer::estimate_eta(int64_t step, double elapsed) const {
   return eta;
 }
 
-std::string Trainer::sample_text() {
-  GenerateOptions g;
-  g.prompt = o_.prompt;
-  g.bytes = o_.sample_bytes;
-  g.temperature = o_.temperature;
-  g.seed = o_.seed;
-  g.context = o_.context;
-  g.device = s_.device;
-  return generate(*model_, g);
-}
-
-// Every rank's bytes for the summary table. Collective.
-std::vector<RankMemory> Trainer::gather_rank_memory() {
-  const int64_t params = fsdp::memory_stats(**model_).sharded_param_bytes;
-  // Gradients as the optimizer sees them: each parameter's (sharded) .grad().
-  int64_t grad_bytes = 0;
-  for (const auto& p : (*model_)->parameters()) {
-    if (p.grad().defined()) grad_bytes += static_cast<int64_t>(p.grad().nbytes());
-  }
-  const RunPeaks& peaks = measures_.run_peaks();
-  const auto per_rank = gather_per_rank(
-      world_, {params, grad_bytes, fsdp::optimizer_state_bytes(*optimizer_), peaks.gathered,
-               peaks.tensors, peak_resident_bytes(), peaks.device.allocated,
-               peaks.device.reserved});
-  std::vector<RankMemory> ranks(per_rank[0].size());
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    ranks[r] = RankMemory{per_rank[0][r], per_rank[1][r], per_rank[2][r], per_rank[3][r],
-                          per_rank[4][r], per_rank[5][r], per_rank[6][r], per_rank[7][r]};
-  }
-  return ranks;
-}
-
 // Rank 0: the plot, the sample and the summary table.
 void Trainer::report(const LoopOutcome& loop, std::vector<RankMemory> memory,
                      const std::string& final_dir, const std::string& sample) {
@@ -477,25 +438,10 @@ void Trainer::report(const LoopOutcome& loop, std::vector<RankMemory> memory,
   const PlotResult plot = write_plot(run_dir_, metrics_->records(), metrics_->restarts(), title);
   summary.plot = plot.png;
   summary.plot_error = plot.error;
-  if (!sample.empty()) summary.sample_file = write_sample(sample);
+  if (!sample.empty()) summary.sample_file = write_sample(run_dir_, o_, sample);
   print_summary(summary);
   // The first two steps warm the allocator and the kernels up.
   if (phases_.enabled()) fmt::print("{}", phases_.summary(2));
-}
-
-// sample.txt (the prompt and what followed it), echoed unless --quiet.
-// Returns the file's path.
-std::string Trainer::write_sample(const std::string& sample) const {
-  const std::string file = (std::filesystem::path(run_dir_) / "sample.txt").string();
-  write_output_file(file, o_.prompt + sample);
-  if (!o_.quiet) {
-    fmt::print("\nSample ({} bytes after the prompt, temperature {:g}):\n", sample.size(),
-               o_.temperature);
-    fmt::print("------------------------------------------------------------------------\n");
-    fmt::print("{}{}\n", printable(o_.prompt), printable(sample));
-    fmt::print("------------------------------------------------------------------------\n");
-  }
-  return file;
 }
 
 }  // namespace

@@ -308,9 +308,9 @@ Mlp initial_mlp(bool units) {
 
 // A copy of `initial` for one rank. Ranks here are threads of one process:
 // each calling initial_mlp() inside run_ranks interleaved their seeding and
-// draws on the global generator, so rank 0, whose weights fully_shard
-// broadcasts, sometimes started from other weights than the reference (the
-// resume test failed in 5 of 56 runs under LibTorch 2.6).
+// draws on the global generator, so a rank sometimes started from other
+// weights than the reference, and fully_shard keeps each rank's own slice
+// (the resume test failed in 5 of 56 runs under LibTorch 2.6).
 Mlp rank_copy(const Mlp& initial) {
   Mlp local(7, 10, 3, /*units=*/true);
   copy_state(*local, *initial);

@@ -43,6 +43,14 @@ nvidia-smi -L || true
 echo "cores: $(nproc), commit: ${FSDP_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
 TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+# What the wheel exports of std::filesystem: see [Note: no std::filesystem
+# tree walks beside a torch wheel] in include/fsdp/file_tree.h.
+TORCH_LIB=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+nm -D --defined-only "$TORCH_LIB/libtorch_cpu.so" | c++filt | grep 'std::filesystem' \
+  > "$OUT/wheel-filesystem-symbols.txt" || true
+echo "libtorch_cpu.so exports $(wc -l < "$OUT/wheel-filesystem-symbols.txt") std::filesystem" \
+  "symbols ($(grep -c recursive_directory_iterator "$OUT/wheel-filesystem-symbols.txt") of" \
+  "recursive_directory_iterator): wheel-filesystem-symbols.txt"
 NCCL_INC=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' 2>/dev/null || true)
 
 # Gloo's headers (the wheel ships none): Debian's, named explicitly; see
@@ -58,7 +66,7 @@ targets=(fsdp-run fsdp-train test_gpu test_gpu_trainer test_gpu_multirank)
 step 240 build cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}" -- -k 0 \
   || grep -E "error" -A3 "$OUT/build.log" | head -40
 
-cd build-gpu
+cd build-gpu || exit 1
 step 200 ctest-gpu ctest -L gpu -j 4 --output-on-failure --timeout 180
 grep -E "tests passed|tests failed|\*\*\*|Failed|Exception" "$OUT/ctest-gpu.log" | head -40
 

@@ -2,7 +2,10 @@
 # The style checks CI runs (.ci/run), before the build:
 #  1. format: the C++ lines changed since BASE are as `git clang-format`
 #     writes them (.clang-format); `make format` fixes them.
-#  2. function size: no function over 60 lines in src/, tools/ or bench/
+#  2. tree walks: no std::filesystem::remove_all or recursive_directory_iterator
+#     anywhere (they crash beside a torch wheel; fsdp/file_tree.h says why
+#     and what to use instead);
+#  3. function size: no function over 60 lines in src/, tools/ or bench/
 #     (.clang-tidy's readability-function-size, the one check it makes an
 #     error). Only that check runs, as it is the one that fails; with
 #     LINT_ALL_CHECKS=1 the bugprone and performance checks .clang-tidy names
@@ -59,7 +62,20 @@ if grep -q '^diff --git' <<<"$format_diff"; then
 fi
 echo "lint: format OK"
 
-# 2. Function size, with clang-tidy over the compile commands of build-lint/.
+# 2. Tree walks, in the whole tree (a grep: cheap). Comment lines may name them.
+walks=$(git grep -n -E '(filesystem|fs)::(remove_all|recursive_directory_iterator)' -- '*.cpp' '*.h' |
+  grep -v -E '^[^:]+:[0-9]+:[[:space:]]*//' || true)
+if [[ -n "$walks" ]]; then
+  echo "$walks"
+  echo "lint: FAIL: the lines above walk a directory tree with std::filesystem, which crashes" \
+    "in programs linked against a torch wheel; use fsdp::remove_tree or" \
+    "fsdp::regular_files_under ([Note: no std::filesystem tree walks beside a torch wheel]" \
+    "in include/fsdp/file_tree.h)" >&2
+  exit 1
+fi
+echo "lint: tree walks OK"
+
+# 3. Function size, with clang-tidy over the compile commands of build-lint/.
 cmake -S . -B "$build" -DCMAKE_UNITY_BUILD=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null || {
   echo "lint: configuring $build for its compile commands failed (above)" >&2
   exit 2

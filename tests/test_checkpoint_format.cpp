@@ -27,6 +27,7 @@
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/index.h"
 #include "fsdp/checkpoint/safetensors.h"
+#include "fsdp/file_tree.h"
 #include "harness/assertions.h"
 #include "harness/sample_tensors.h"
 #include "harness/temp_dir.h"
@@ -123,7 +124,7 @@ TEST(OutputFile, BypassingThePageCacheWritesTheSameBytes) {
     EXPECT_EQ(file_bytes(dir + "/cached"), bytes) << dir;
     EXPECT_EQ(file_bytes(dir + "/direct"), bytes) << dir;
   }
-  if (dirs.size() > 1) fs::remove_all(dirs[1]);
+  if (dirs.size() > 1) fsdp::remove_tree_or_throw(dirs[1]);
 }
 
 TEST(Safetensors, RoundTripsEveryDtypeAndScalars) {

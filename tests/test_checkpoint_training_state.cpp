@@ -17,6 +17,7 @@
 #include "checkpoint/index.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/training_state.h"
+#include "fsdp/file_tree.h"
 #include "fsdp/fsdp.h"
 #include "harness/assertions.h"
 #include "harness/models.h"
@@ -78,7 +79,7 @@ class TrainingStateTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("fsdp_ts_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { fsdp::remove_tree_or_throw(dir_.string()); }
   fs::path dir_;
 };
 

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "fsdp/file_tree.h"
 #include "harness/assertions.h"
 #include "harness/rank_harness.h"
 
@@ -443,7 +444,7 @@ TEST(CommFaults, PeerThatNeverJoinsFailsGroupCreation) {
   EXPECT_NE(message.find("Members that never began creating it: 1."), std::string::npos) << message;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(7));
   store.reset();
-  std::filesystem::remove_all(dir);
+  fsdp::remove_tree_or_throw(dir);
 }
 
 }  // namespace

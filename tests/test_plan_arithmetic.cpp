@@ -16,6 +16,7 @@
 
 #include "collective_cost.h"
 #include "fit_search.h"
+#include "fsdp/file_tree.h"
 #include "fsdp/models/gpt.h"
 #include "fsdp/models/gpt_size.h"
 #include "hardware_profile.h"
@@ -466,7 +467,7 @@ TEST(PlanInput, ModelFilesAndTheirErrors) {
   }
   EXPECT_THROW(model_spec_from_json(write("empty.json", "{}")), std::runtime_error);
   EXPECT_THROW(model_spec_from_json((dir / "missing.json").string()), std::runtime_error);
-  std::filesystem::remove_all(dir);
+  fsdp::remove_tree_or_throw(dir.string());
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "fsdp/checkpoint/convert.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/training_state.h"
+#include "fsdp/file_tree.h"
 #include "fsdp/fsdp.h"
 #include "harness/assertions.h"
 #include "harness/models.h"
@@ -435,7 +436,7 @@ TEST(StateDictErrors, AnOptimizerWithoutPerParameterStateIsRefusedNamingTheSuppo
 // reference model's parameters and buffers.
 TEST(StateDictConsolidate, ConsolidatedSafetensorsEqualReference) {
   const fs::path dir = fs::temp_directory_path() / ("fsdp_sd_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  fsdp::remove_tree_or_throw(dir.string());
   fs::create_directories(dir);
   const Data data = make_data();
   const Reference ref = train_reference(OptimizerKind::kAdamW, data, kStepsBefore);
@@ -458,7 +459,7 @@ TEST(StateDictConsolidate, ConsolidatedSafetensorsEqualReference) {
     expect_close(it->second, item.value(), item.key());
   }
   EXPECT_TRUE(by_name.count("optim/" + expected.keys().front() + "/exp_avg"));
-  fs::remove_all(dir);
+  fsdp::remove_tree_or_throw(dir.string());
 }
 
 }  // namespace

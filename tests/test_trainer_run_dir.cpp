@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fsdp/checkpoint/reader.h"
+#include "fsdp/file_tree.h"
 #include "harness/child_process.h"
 #include "harness/file_damage.h"
 #include "harness/fsdp_run.h"
@@ -142,7 +143,7 @@ TEST(TrainerRunDir, ResumeFromACrashedRunDirTakesTheNewestCheckpointThatVerifies
   ASSERT_EQ(run_alone(concat(common, {"--steps", "6", "--save-every", "2", "--run-dir", run})).exit_code, 0);
   // The crash: no final checkpoint, the newest step checkpoint damaged, and a
   // save that never completed.
-  fs::remove_all(run + "/checkpoint");
+  fsdp::remove_tree_or_throw(run + "/checkpoint");
   fsdp::testing::flip_byte(run + "/checkpoints/step-00000006/rank-00000-of-00001.safetensors", -1);
   const std::string partial = run + "/checkpoints/step-00000008.partial-99-ab";
   fs::create_directories(partial);
@@ -227,7 +228,7 @@ TEST(TrainerRunDir, ResumeAutoAtTheFinalStepSaysTheTrainingIsCompleteAndExitsZer
   EXPECT_EQ(read_text(run + "/metrics.jsonl"), metrics);  // no step trained again
 
   // Killed while saving checkpoint/: the step-4 checkpoint is the newest.
-  fs::remove_all(run + "/checkpoint");
+  fsdp::remove_tree_or_throw(run + "/checkpoint");
   const auto ranks = run_trainer_ranks(auto_resume, 2);
   for (const auto& r : ranks) EXPECT_EQ(r.exit_code, 0) << describe(ranks);
   EXPECT_TRUE(says_complete(ranks[0].output, "/checkpoints/step-00000004")) << describe(ranks);

@@ -31,6 +31,7 @@
 
 #include "bench_util.h"
 #include "fsdp/checkpoint/training_state.h"
+#include "fsdp/file_tree.h"
 #include "fsdp/fsdp.h"
 #include "fsdp/models/gpt.h"
 #include "local_ranks.h"
@@ -82,9 +83,8 @@ double disk_write_ms(const fs::path& dir, int64_t bytes) {
 
 // Asks the kernel to drop the (clean, fsynced) pages of every file under `dir`.
 void drop_page_cache(const fs::path& dir) {
-  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    if (!entry.is_regular_file()) continue;
-    const int fd = ::open(entry.path().c_str(), O_RDONLY);
+  for (const std::string& file : fsdp::regular_files_under(dir)) {
+    const int fd = ::open(file.c_str(), O_RDONLY);
     if (fd < 0) continue;
     ::fdatasync(fd);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -269,12 +269,10 @@ void run_checkpoint(const CheckpointConfig& c) {
     t = time_checkpoint(c, g, (dir / "ckpt").string());
     for (int rep = 0; rep < c.reps; ++rep) t.disk_write_ms.push_back(disk_write_ms(dir, model_bytes));
   } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(dir, ignored);
+    fsdp::remove_tree(dir);
     throw;
   }
-  std::error_code ignored;
-  fs::remove_all(dir, ignored);
+  fsdp::remove_tree(dir);
 
   const CheckpointStats stats{summarize(t.save_ms),      summarize(t.direct_save_ms),
                               summarize(t.save_cpu_ms),  summarize(t.direct_save_cpu_ms),

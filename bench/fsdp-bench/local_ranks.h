@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fsdp/comm/process_group.h"
+#include "fsdp/file_tree.h"
 
 namespace fsdp::bench {
 
@@ -42,8 +43,7 @@ inline void run_local_ranks(int world_size, const std::function<void(int, Proces
     });
   }
   for (auto& t : threads) t.join();
-  std::error_code ignored;
-  fs::remove_all(dir, ignored);
+  fsdp::remove_tree(dir);
   if (failure) std::rethrow_exception(failure);
 }
 

@@ -28,6 +28,7 @@
 #include <rapidjson/document.h>
 
 #include "bench_util.h"
+#include "fsdp/file_tree.h"
 #include "slowlink_testbed.h"
 #include "suites.h"
 
@@ -100,7 +101,7 @@ void read_metrics(const fs::path& file, Measured& m) {
 void run_setting(const SlowlinkConfig& c, const SlowLinkTestbed& bed, const Setting& s, int port,
                  Measured& m) {
   const fs::path run_dir = fs::temp_directory_path() / fmt::format("fsdp_slowlink_run_{}", ::getpid());
-  fs::remove_all(run_dir);
+  fsdp::remove_tree_or_throw(run_dir.string());
   std::vector<std::vector<std::string>> nodes;
   for (int n = 0; n < 2; ++n) {
     std::vector<std::string> argv = {(bin_dir() / "fsdp-run").string(), "--nnodes", "2", "--node-rank",
@@ -120,7 +121,7 @@ void run_setting(const SlowlinkConfig& c, const SlowLinkTestbed& bed, const Sett
   }
   m.link_bytes.push_back(static_cast<double>(bed.bytes_sent(0) + bed.bytes_sent(1) - before) / c.steps);
   read_metrics(run_dir / "metrics.jsonl", m);
-  fs::remove_all(run_dir);
+  fsdp::remove_tree_or_throw(run_dir.string());
 }
 
 double median(std::vector<double> v) { return summarize(std::move(v)).median_ms; }

@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "fsdp/file_tree.h"
+
 namespace fsdp::bench {
 namespace {
 
@@ -92,8 +94,7 @@ std::vector<ProcessOutcome> run_processes(const std::vector<std::vector<std::str
     ::kill(-pids[i], SIGKILL);  // anything its launcher left behind
     outcomes[i].log += read_all(dir / fmt::format("{}.log", i));
   }
-  std::error_code ignored;
-  fs::remove_all(dir, ignored);
+  fsdp::remove_tree(dir);
   return outcomes;
 }
 

@@ -26,7 +26,10 @@
 //   fsdp/checkpoint/strict_check.h    what a checkpoint holds against what a model expects
 //   fsdp/checkpoint/convert.h  offline consolidate / export / reshard
 //   fsdp/checkpoint/run_dir.h  a run dir's newest verified checkpoint; partial-save cleanup
+//   fsdp/checkpoint/async_save.h  AsyncSaver: checkpoints written while training goes on
+//   fsdp/file_tree.h           removing and listing directory trees (not std::filesystem's)
 
+#include "fsdp/checkpoint/async_save.h"
 #include "fsdp/checkpoint/convert.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/checkpoint/run_dir.h"
@@ -43,6 +46,7 @@
 #include "fsdp/cpu_heap.h"
 #include "fsdp/deferred_init.h"
 #include "fsdp/error_message.h"
+#include "fsdp/file_tree.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/fused_adamw.h"
 #include "fsdp/hook_timer.h"

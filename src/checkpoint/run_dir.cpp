@@ -6,6 +6,7 @@
 #include "checkpoint/index.h"
 #include "fsdp/checkpoint/reader.h"
 #include "fsdp/error_message.h"
+#include "fsdp/file_tree.h"
 
 namespace fsdp::ckpt {
 namespace {
@@ -38,11 +39,17 @@ std::vector<fs::path> entries_of(const fs::path& dir) {
   return entries;
 }
 
-int64_t tree_bytes(const fs::path& path) {
+// The bytes of the regular files under `path`, of those that can be read: the
+// figure is only reported.
+int64_t tree_bytes(const std::string& path) {
   int64_t bytes = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::recursive_directory_iterator(path, ec)) {
-    if (entry.is_regular_file(ec)) bytes += static_cast<int64_t>(entry.file_size(ec));
+  try {
+    for (const std::string& file : regular_files_under(path)) {
+      std::error_code ec;
+      const auto size = fs::file_size(file, ec);
+      if (!ec) bytes += static_cast<int64_t>(size);
+    }
+  } catch (const std::runtime_error&) {  // part of the tree unreadable: so is the count
   }
   return bytes;
 }
@@ -106,9 +113,7 @@ CleanReport clean_partial_checkpoints(const std::string& run_dir) {
   CleanReport report;
   for (const std::string& partial : partial_checkpoints_in_run_dir(run_dir)) {
     const int64_t bytes = tree_bytes(partial);
-    std::error_code ec;
-    fs::remove_all(partial, ec);
-    if (ec) continue;  // still there: listed again next time
+    if (!remove_tree(partial).empty()) continue;  // still there: listed again next time
     report.removed.push_back(partial);
     report.bytes += bytes;
   }

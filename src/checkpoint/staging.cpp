@@ -12,6 +12,7 @@
 
 #include "checkpoint/atomic_file.h"
 #include "checkpoint/index.h"
+#include "fsdp/file_tree.h"
 
 namespace fsdp::ckpt::detail {
 
@@ -98,9 +99,6 @@ void publish_checkpoint(const std::string& staging, const Index& index, const st
   commit_staging(staging, dir, overwrite);
 }
 
-void remove_quietly(const std::string& path) {
-  std::error_code ec;
-  fs::remove_all(path, ec);
-}
+void remove_quietly(const std::string& path) { remove_tree(path); }
 
 }  // namespace fsdp::ckpt::detail

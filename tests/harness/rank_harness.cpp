@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "fsdp/file_tree.h"
+
 namespace fsdp::testing {
 namespace {
 
@@ -94,16 +96,14 @@ void run_ranks(int world_size, const std::function<void(RankContext&)>& fn,
                    stuck.c_str(), static_cast<long long>(options.timeout.count()), world_size);
       for (const auto& f : outcome.failures) std::fprintf(stderr, "  %s\n", f.c_str());
       std::fflush(stderr);
-      std::error_code ignored;
-      std::filesystem::remove_all(dir, ignored);
+      fsdp::remove_tree(dir);
       std::_Exit(3);
     }
   }
   for (auto& t : threads) t.join();
   groups.clear();
   store.reset();
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
+  fsdp::remove_tree(dir);
 
   for (size_t i = 0; i < outcome.failures.size(); ++i) {
     ADD_FAILURE() << (i == 0 ? "(first failure) " : "") << outcome.failures[i];

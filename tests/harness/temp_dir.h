@@ -1,6 +1,7 @@
 #pragma once
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it
-// when the object goes out of scope.
+// when the object goes out of scope (fsdp::remove_tree: see [Note: no
+// std::filesystem tree walks beside a torch wheel] in fsdp/file_tree.h).
 
 #include <c10/util/Exception.h>
 
@@ -8,6 +9,8 @@
 #include <string>
 
 #include <stdlib.h>
+
+#include "fsdp/file_tree.h"
 
 namespace fsdp::testing {
 
@@ -19,10 +22,7 @@ class TempDir {
     TORCH_CHECK(::mkdtemp(pattern.data()) != nullptr, "TempDir: cannot create ", pattern);
     path_ = pattern;
   }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
+  ~TempDir() { fsdp::remove_tree(path_); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "fsdp/file_tree.h"
 #include "hardware_profile.h"
 #include "json_text.h"
 #include "memory_plan.h"
@@ -147,7 +148,7 @@ Measured read_metrics(const fs::path& file) {
 // One run of a case's trainer, and what metrics.jsonl says of it.
 Measured run_case(const Case& c, const ValidateOptions& o, const fs::path& work, int steps) {
   const fs::path run_dir = work / fmt::format("run-{}", std::hash<std::string>{}(c.name()));
-  fs::remove_all(run_dir);
+  fsdp::remove_tree_or_throw(run_dir.string());
   const std::string command = fmt::format(
       "{}/fsdp-run --standalone --nproc-per-node {} -- {}/fsdp-train --layers {} --width {} "
       "--heads {} --context {} --batch {} --steps {} --strategy {} --mixed-precision {}{} "
@@ -157,7 +158,7 @@ Measured run_case(const Case& c, const ValidateOptions& o, const fs::path& work,
       shell_quoted(run_dir.string()), o.data.empty() ? "" : " --data " + shell_quoted(o.data));
   run_or_throw(command, work / "case.log");
   const Measured m = read_metrics(run_dir / "metrics.jsonl");
-  fs::remove_all(run_dir);
+  fsdp::remove_tree_or_throw(run_dir.string());
   return m;
 }
 
@@ -250,7 +251,7 @@ std::vector<CaseResult> validate_cases(const ValidateOptions& o) {
   }
   std::vector<CaseResult> results;
   for (const auto& case_rounds : by_case) results.push_back(median_round(case_rounds));
-  fs::remove_all(work);
+  fsdp::remove_tree_or_throw(work.string());
   return results;
 }
 

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "fsdp/file_tree.h"
 #include "train_options.h"
 
 namespace fsdp_train {
@@ -63,13 +64,12 @@ ByteCorpus load_fortunes() {
         dir.string()));
   }
   std::vector<fs::path> paths;
-  for (const auto& entry : fs::recursive_directory_iterator(dir, ec)) {
-    if (entry.is_symlink() || !entry.is_regular_file()) continue;
-    const std::string ext = entry.path().extension().string();
+  for (const fs::path file : fsdp::regular_files_under(dir.string())) {
+    const std::string ext = file.extension().string();
     if (ext == ".dat" || ext == ".u8") continue;
-    paths.push_back(entry.path());
+    paths.push_back(file);
   }
-  std::sort(paths.begin(), paths.end());
+  std::sort(paths.begin(), paths.end());  // path order, component by component
   ByteCorpus corpus;
   corpus.source = dir.string();
   for (const auto& path : paths) {

@@ -12,6 +12,7 @@
 
 #include "fsdp/checkpoint/run_dir.h"
 #include "fsdp/comm/process_group.h"
+#include "fsdp/file_tree.h"
 
 namespace fsdp_train {
 namespace {
@@ -139,9 +140,7 @@ std::vector<std::string> prune_step_checkpoints(const std::string& run_dir, int6
   for (const auto& found : fsdp::ckpt::checkpoints_in_run_dir(run_dir)) {  // newest first
     if (fs::path(found.dir).parent_path() != periodic) continue;
     if (kept++ < keep_last) continue;
-    std::error_code ec;
-    fs::remove_all(found.dir, ec);
-    if (!ec) removed.push_back(found.dir);
+    if (fsdp::remove_tree(found.dir).empty()) removed.push_back(found.dir);
   }
   return removed;
 }

@@ -8,6 +8,7 @@
 
 #include "checkpoint/rank_file.h"
 #include "checkpoint/staging.h"
+#include "fsdp/file_tree.h"
 
 namespace fsdp::ckpt::detail {
 
@@ -82,7 +83,7 @@ void write_even_split(Index index, const ReadElements& read, const std::string& 
     write_rank_files(read, even_split(index), staging, &index);
     publish_checkpoint(staging, index, out, overwrite);
   } catch (const std::exception&) {
-    remove_quietly(staging);
+    remove_tree(staging);
     throw;
   }
 }

@@ -18,6 +18,7 @@
 #include "checkpoint/verdict.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/comm/process_group.h"
+#include "fsdp/file_tree.h"
 #include "json/json_io.h"
 
 // [Note: checkpoint commit protocol]
@@ -278,7 +279,7 @@ detail::Verdict commit_checkpoint(const std::string& staging, const std::string&
                                   const std::vector<detail::Verdict>& written, const SaveOptions& options) {
   const std::string failures = write_failures(written);
   if (!failures.empty()) {
-    detail::remove_quietly(staging);
+    remove_tree(staging);
     return detail::Verdict::failure(failures);
   }
   try {
@@ -290,7 +291,7 @@ detail::Verdict commit_checkpoint(const std::string& staging, const std::string&
     detail::publish_checkpoint(staging, index, dir, options.overwrite);
     return detail::Verdict::success();
   } catch (const std::exception& e) {
-    detail::remove_quietly(staging);
+    remove_tree(staging);
     return detail::Verdict::failure("rank 0 could not complete the checkpoint: " + detail::error_cause(e));
   }
 }

@@ -75,7 +75,7 @@ void commit_staging(const std::string& staging, const std::string& dir, bool ove
   // checkpoint. Afterwards `staging` holds the old one.
   if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
     fsync_directory(parent);
-    remove_quietly(staging);
+    remove_tree(staging);  // the old checkpoint; left behind if it cannot go
     return;
   }
   TORCH_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP, "fsdp: cannot exchange '", staging,
@@ -89,7 +89,7 @@ void commit_staging(const std::string& staging, const std::string& dir, bool ove
   TORCH_CHECK(::rename(staging.c_str(), target.c_str()) == 0, "fsdp: cannot rename '", staging, "' to '",
               target, "': ", errno_text(), " (the previous checkpoint is at '", old, "')");
   fsync_directory(parent);
-  remove_quietly(old);
+  remove_tree(old);
 }
 
 void publish_checkpoint(const std::string& staging, const Index& index, const std::string& dir,
@@ -98,7 +98,5 @@ void publish_checkpoint(const std::string& staging, const Index& index, const st
   fsync_directory(staging);
   commit_staging(staging, dir, overwrite);
 }
-
-void remove_quietly(const std::string& path) { remove_tree(path); }
 
 }  // namespace fsdp::ckpt::detail

@@ -34,7 +34,4 @@ void commit_staging(const std::string& staging, const std::string& dir, bool ove
 void publish_checkpoint(const std::string& staging, const Index& index, const std::string& dir,
                         bool overwrite);
 
-// Best-effort recursive removal, for cleanup after a failure.
-void remove_quietly(const std::string& path);
-
 }  // namespace fsdp::ckpt::detail

@@ -62,13 +62,14 @@
 // The first save() maps the copies' memory and, in copying, faults every
 // page of it in while training waits: 0.73 s for 342 MB per rank on this
 // project's VM, where the hypervisor backs fresh guest memory slowly, against
-// 0.02 to 0.06 s for each later save into the same memory. reserve(bytes) maps and
-// touches that memory at once, before training starts, so that every save
-// copies into memory the machine already backs; and a rank short of host
-// memory fails there, naming the bytes, rather than at its first save, maybe
-// hours later. host_copy_bytes() gives the bytes for a list of pieces; a
-// caller whose optimizer creates its state at its first step (AdamW) counts
-// that state too (fsdp-train: tools/fsdp-train/async_copy_bytes.h). A save whose pieces outgrow the
+// 0.02 to 0.06 s for each later save into the same memory. reserve(bytes)
+// maps and touches that memory at once, before training starts, so that
+// every save copies into memory the machine already backs; and a rank short
+// of host memory fails there, naming the bytes, rather than at its first
+// save, maybe hours later. host_copy_bytes() gives the bytes for a list of
+// pieces; a caller whose optimizer creates its state at its first step
+// (AdamW) counts that state too (fsdp-train:
+// tools/fsdp-train/async_copy_bytes.h). A save whose pieces outgrow the
 // reservation maps anew, as without one.
 
 #include <cstdint>

@@ -76,13 +76,27 @@ void scale_grads(std::vector<at::Tensor>& grads, const at::Tensor& coef) {
   for (auto& g : grads) g.mul_(coef.to(g.device(), g.scalar_type()));
 }
 
+void check_clip_arguments(double max_norm, double norm_type) {
+  TORCH_CHECK(norm_type > 0, "fsdp: clip_grad_norm_ norm_type is ", norm_type,
+              "; use a p > 0, or INFINITY for the max-norm");
+  TORCH_CHECK(max_norm >= 0, "fsdp: clip_grad_norm_ max_norm is ", max_norm, "; it must be >= 0");
+}
+
+// Scales `grads` so that their norm, given as its p-th power `total_pow`
+// (the max for p = inf), is at most `max_norm`; returns the norm.
+at::Tensor clip_by_norm_power(std::vector<at::Tensor>& grads, const at::Tensor& total_pow,
+                              double max_norm, double norm_type) {
+  const at::Tensor total = std::isinf(norm_type) ? total_pow : total_pow.pow(1.0 / norm_type);
+  const at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  scale_grads(grads, coef);
+  return total;
+}
+
 }  // namespace
 
 at::Tensor clip_grad_norm_tensor_(UnitModule& root, double max_norm, double norm_type) {
   detail::RootState& state = detail::root_state_of(root, "clip_grad_norm_");
-  TORCH_CHECK(norm_type > 0, "fsdp: clip_grad_norm_ norm_type is ", norm_type,
-              "; use a p > 0, or INFINITY for the max-norm");
-  TORCH_CHECK(max_norm >= 0, "fsdp: clip_grad_norm_ max_norm is ", max_norm, "; it must be >= 0");
+  check_clip_arguments(max_norm, norm_type);
   state.recover_from_failed_step();
   TORCH_CHECK(!state.in_backward(),
               "fsdp: clip_grad_norm_ was called during backward; call it after backward returns");
@@ -106,10 +120,20 @@ at::Tensor clip_grad_norm_tensor_(UnitModule& root, double max_norm, double norm
     total_pow = inf ? at::maximum(total_pow, term) : total_pow + term;
     grads.insert(grads.end(), ignored_grads.begin(), ignored_grads.end());
   }
-  const at::Tensor total = inf ? total_pow : total_pow.pow(1.0 / norm_type);
-  const at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  scale_grads(grads, coef);
-  return total;
+  return clip_by_norm_power(grads, total_pow, max_norm, norm_type);
+}
+
+at::Tensor clip_grad_norm_tensor_(const std::vector<at::Tensor>& parameters, double max_norm,
+                                  double norm_type) {
+  check_clip_arguments(max_norm, norm_type);
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : parameters) {
+    if (p.grad().defined() && p.grad().numel() > 0) grads.push_back(p.grad());
+  }
+  const at::Device device = grads.empty() ? at::Device(at::kCPU) : grads.front().device();
+  const at::Tensor total_pow = local_norm_power(grads, norm_type, device);
+  return clip_by_norm_power(grads, total_pow, max_norm, norm_type);
 }
 
 double clip_grad_norm_(UnitModule& root, double max_norm, double norm_type) {

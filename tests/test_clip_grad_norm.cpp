@@ -8,6 +8,7 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "fsdp/fsdp.h"
@@ -151,6 +152,44 @@ TEST(ClipGradNormNoClip, LargeMaxNormLeavesGradientsAlone) {
       EXPECT_TRUE(at::equal(p.grad(), before[i++])) << "rank " << ctx.rank;
     }
   });
+}
+
+// Parameters held whole (no FSDP): the same norm and gradients as
+// torch::nn::utils::clip_grad_norm_, clipping or not, for p = 2, 1.5 and inf;
+// a parameter without a gradient is skipped.
+TEST(ClipGradNormWholeParameters, MatchesTorchClip) {
+  for (const double norm_type : {2.0, 1.5, std::numeric_limits<double>::infinity()}) {
+    for (const double max_norm : {0.01, 1e9}) {
+      at::manual_seed(3);
+      Mlp ours(4, 6, 2, /*units=*/false);
+      Mlp reference(4, 6, 2, /*units=*/false);
+      copy_state(*reference, *ours);
+      const at::Tensor x = at::randn({5, 4});
+      ours->forward(x).pow(2).sum().backward();
+      reference->forward(x).pow(2).sum().backward();
+      std::vector<at::Tensor> params = ours->parameters();
+      params.push_back(at::zeros({3}, at::requires_grad()));  // no gradient
+      const at::Tensor norm = clip_grad_norm_tensor_(params, max_norm, norm_type);
+      const double expected =
+          torch::nn::utils::clip_grad_norm_(reference->parameters(), max_norm, norm_type);
+      const std::string label =
+          "p=" + norm_name(norm_type) + " max_norm=" + std::to_string(max_norm);
+      EXPECT_NEAR(norm.item<double>(), expected, 1e-6 * expected) << label;
+      EXPECT_EQ(max_norm < expected, max_norm < 1) << label << ": the case clips, or not";
+      for (size_t i = 0; i < reference->parameters().size(); ++i) {
+        EXPECT_TRUE(at::allclose(ours->parameters()[i].grad(), reference->parameters()[i].grad(),
+                                 1e-6, 1e-9))
+            << label << ", parameter " << i;
+      }
+    }
+  }
+}
+
+TEST(ClipGradNormWholeParameters, BadArguments) {
+  std::vector<at::Tensor> params{at::ones({2}, at::requires_grad())};
+  EXPECT_THROWS_WITH(clip_grad_norm_tensor_(params, 1.0, 0.0), "norm_type is 0; use a p > 0");
+  EXPECT_THROWS_WITH(clip_grad_norm_tensor_(params, -1.0), "max_norm is -1; it must be >= 0");
+  EXPECT_EQ(clip_grad_norm_tensor_(std::vector<at::Tensor>{}, 1.0).item<double>(), 0.0);
 }
 
 TEST(ClipGradNormErrors, BadArgumentsAndCallers) {

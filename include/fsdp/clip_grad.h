@@ -3,6 +3,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 #include "fsdp/sharded.h"
 
 namespace fsdp {
@@ -24,5 +26,12 @@ double clip_grad_norm_(UnitModule& root, double max_norm, double norm_type = 2.0
 // that calls it makes no host sync; read the norm (.item<double>()) only
 // when you log it. clip_grad_norm_ is this plus that read.
 at::Tensor clip_grad_norm_tensor_(UnitModule& root, double max_norm, double norm_type = 2.0);
+
+// The same for parameters this process holds whole (a model without FSDP):
+// torch::nn::utils::clip_grad_norm_ without reading the norm back, for a
+// CUDA step that makes no host sync. Parameters without a gradient are
+// skipped; with none at all the norm is a zero on the CPU.
+at::Tensor clip_grad_norm_tensor_(const std::vector<at::Tensor>& parameters, double max_norm,
+                                  double norm_type = 2.0);
 
 }  // namespace fsdp

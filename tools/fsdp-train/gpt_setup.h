@@ -4,6 +4,7 @@
 #include <torch/optim/adamw.h>
 
 #include <memory>
+#include <string>
 
 #include "fsdp/fused_adamw.h"
 #include "fsdp/models/gpt.h"
@@ -18,9 +19,11 @@ fsdp::models::GPTConfig model_config(const TrainOptions& o);
 // Zeroes every gradient the model holds, keeping the buffers.
 void zero_gradients(torch::nn::Module& model);
 
-// AdamW (betas 0.9, 0.95) with --lr, and --weight-decay on the matrices only:
-// an fsdp::FusedAdamW (see fsdp/fused_adamw.h).
-std::unique_ptr<torch::optim::AdamW> make_optimizer(fsdp::Sharded<fsdp::models::GPT>& model,
-                                                    const TrainOptions& o);
+// AdamW (betas 0.9, 0.95) with --lr, and --weight-decay on the matrices only
+// (told apart by the GPT's parameter names): an fsdp::FusedAdamW (see
+// fsdp/fused_adamw.h). fsdp-train passes the sharded model's parameters,
+// bench/peers/local_gpt.cpp the whole model's.
+std::unique_ptr<torch::optim::AdamW> make_optimizer(
+    const torch::OrderedDict<std::string, at::Tensor>& named_parameters, const TrainOptions& o);
 
 }  // namespace fsdp_train

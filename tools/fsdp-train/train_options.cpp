@@ -265,10 +265,16 @@ ParseResult parse_train_options(int argc, char** argv) {
   for (const CLI::Option* option : all) {
     if (option->count() > 0) o.given.insert(long_name(option));
   }
+  complete_options(o);
+  return {std::move(o), 0};
+}
+
+void complete_options(TrainOptions& o) {
   apply_model_preset(o);
   // A short run still gets to its peak learning rate.
-  if (!o.was_given("warmup") && o.steps > 0) o.warmup = std::min<int64_t>(o.warmup, std::max<int64_t>(1, o.steps / 10));
-  return {std::move(o), 0};
+  if (!o.was_given("warmup") && o.steps > 0) {
+    o.warmup = std::min<int64_t>(o.warmup, std::max<int64_t>(1, o.steps / 10));
+  }
 }
 
 }  // namespace fsdp_train

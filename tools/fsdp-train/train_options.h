@@ -100,6 +100,11 @@ struct ParseResult {
 
 ParseResult parse_train_options(int argc, char** argv);
 
+// What follows from the options given (`given` filled): the sizes --preset
+// names, and a warmup capped at --steps/10 unless --warmup was given. For a
+// program that parses its own subset of fsdp-train's options.
+void complete_options(TrainOptions& options);
+
 // Problems with the options themselves and with the batch split at this
 // world size; each message names the option, the value and the fix. Empty
 // when all is well. `layout` is filled when the batch split is valid.

@@ -194,7 +194,7 @@ void Trainer::build_model() {
   if (!s_.device.is_cpu()) gpt->to(s_.device);
   model_.emplace(fsdp::fully_shard(std::move(gpt), options));
   model_->get()->train();
-  optimizer_ = make_optimizer(*model_, o_);  // after sharding: over the shards
+  optimizer_ = make_optimizer((*model_)->named_parameters(), o_);  // over the shards
 }
 
 void Trainer::resume_if_asked() {

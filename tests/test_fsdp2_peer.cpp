@@ -93,6 +93,32 @@ TEST(Fsdp2Peer, TrainsLikeFsdpTrainAndTheHarnessComparesThem) {
   }
 }
 
+// The two optional sides at world size 1: FSDP2 with compiled blocks
+// ([Note: compiled blocks] in fsdp2_gpt.py; aot_eager, as this root's torch
+// cannot build inductor's CPU kernels without setuptools) and local-gpt, the
+// GPT without FSDP. Each gets its column and ratio, and agrees with
+// fsdp-train on the first losses.
+TEST(Fsdp2Peer, TheHarnessAddsCompiledFsdp2AndTheModelWithoutFsdp) {
+  ASSERT_EQ(missing_peer(), "");
+  fsdp::testing::TempDir work("fsdp2-sides");
+  const std::string sides = " --nproc 1 --strategy grad-op --compiled-peer aot_eager --no-fsdp";
+  const CommandRun r = run_command(kHarness + kTiny + sides + " --work " + work.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* text :
+       {"round 1/1: FSDP2 compiled", "round 1/1: no FSDP", "libfsdp/FSDP2 compiled",
+        "libfsdp/no FSDP", "FSDP2 compiled rank 0 by hook",
+        "first 4 steps, FSDP2 compiled against libfsdp",
+        "first 4 steps, no FSDP against libfsdp"}) {
+    EXPECT_TRUE(contains(r.output, text)) << text << "\n" << r.output;
+  }
+  EXPECT_FALSE(contains(r.output, "DISAGREE")) << r.output;
+  // The baseline has no hooks to time: its cell is empty, not zero.
+  const size_t hooks = r.output.find("hooks per unit  ");
+  ASSERT_NE(hooks, std::string::npos) << r.output;
+  const std::string row = r.output.substr(hooks, r.output.find('\n', hooks) - hooks);
+  EXPECT_TRUE(contains(row, " - ")) << row;
+}
+
 // The peer's hook timer ([Note: timing FSDP2's hooks as libfsdp's]) counts
 // only the outermost hook on a thread, as fsdp::HookTimer does, and each
 // thread on its own; take() restarts the totals.

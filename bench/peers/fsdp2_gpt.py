@@ -89,6 +89,9 @@ def parse_args(argv=None):
     p.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction, default=True,
                    help="AdamW(fused=True), one kernel per step, as fsdp-train's "
                         "fsdp::FusedAdamW (default); --no-fused-adamw for the for-each one")
+    p.add_argument("--compile", choices=["inductor", "aot_eager"],
+                   help="run each block under torch.compile(fullgraph=True) with this backend, "
+                        "before fully_shard, as torchtitan does ([Note: compiled blocks])")
     p.add_argument("--hook-times", action="store_true",
                    help="time the wall time inside FSDP2's hooks each step, as fsdp-train "
                         "--hook-times does libfsdp's")
@@ -339,7 +342,16 @@ def fsdp2_hook_classes():
 
 
 def shard(model, a, device):
-    """fully_shard each block, then the root (embeddings, ln_f, the tied head)."""
+    """fully_shard each block, then the root (embeddings, ln_f, the tied head).
+
+    [Note: compiled blocks]
+    With --compile each block is replaced by torch.compile(block) first, and
+    the compiled module is the unit, as torchtitan's apply_compile and
+    apply_fsdp do: FSDP2's hooks run eagerly around the compiled forward,
+    and every block shares one compiled graph (the blocks' code is the
+    same). The parameter names gain "_orig_mod." and keep their endings, so
+    the optimizer groups are the same; the first steps compile (--skip in
+    head_to_head.py leaves them out of the timing)."""
     if device.type == "cpu":
         make_fsdp2_run_on_cpu()
     from torch.distributed.device_mesh import init_device_mesh
@@ -351,8 +363,10 @@ def shard(model, a, device):
     mp = MixedPrecisionPolicy()
     if a.mixed_precision == "bf16":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for block in model.blocks:
+    for i, block in enumerate(model.blocks):
         block.recompute = a.activation_checkpointing == "all"
+        if a.compile:
+            block = model.blocks[i] = torch.compile(block, backend=a.compile, fullgraph=True)
         fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=a.strategy == "full")
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=a.strategy == "full")
     return model

@@ -12,6 +12,12 @@ checks that the two agree on the loss of the first steps (same initial
 weights and batches: within 1e-4 relative in fp32, 2e-2 in bf16) and exits 1
 when they do not.
 
+Two more sides join the rounds when asked, each with its column and ratio:
+  --compiled-peer   FSDP2 with each block under torch.compile, as torchtitan
+                    runs it (fsdp2_gpt.py --compile; inductor by default);
+  --no-fsdp         the same GPT trained without FSDP in LibTorch (local-gpt,
+                    bench/peers/local_gpt.cpp): the limit at world size 1.
+
   python3 bench/peers/head_to_head.py --bin build/bin --device cuda \\
       --preset gpt2-small-bytes --batch 8 --mixed-precision bf16 --rounds 3
 
@@ -26,6 +32,7 @@ H200 datasheet lists 1,979 TFLOPS with 2:4 sparsity; dense is half);
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -64,6 +71,12 @@ def parse_args(argv=None):
     p.add_argument("--no-hook-times", dest="hook_times", action="store_false",
                    help="do not time the frameworks' hooks (timing adds a few microseconds "
                         "per unit to each step on both sides)")
+    p.add_argument("--compiled-peer", nargs="?", const="inductor", choices=["inductor", "aot_eager"],
+                   help="also run FSDP2 with each block under torch.compile (this backend; "
+                        "default inductor, aot_eager checks the wiring where inductor cannot "
+                        "build)")
+    p.add_argument("--no-fsdp", action="store_true",
+                   help="also run the GPT without FSDP (local-gpt from --bin), world size 1 only")
     p.add_argument("--peak-tflops", type=float,
                    help=f"the GPU's dense peak for MFU (default with cuda: H200 bf16, "
                         f"{H200_BF16_DENSE_TFLOPS})")
@@ -75,18 +88,26 @@ def parse_args(argv=None):
             setattr(a, name, value)
     if a.peak_tflops is None and a.device == "cuda":
         a.peak_tflops = H200_BF16_DENSE_TFLOPS
+    if a.no_fsdp and a.nproc != 1:
+        p.error(f"--no-fsdp trains in one process; it compares at --nproc 1, not {a.nproc}")
     if a.skip >= a.steps:
         p.error(f"--skip {a.skip} leaves no step of --steps {a.steps} to time; "
                 "pass a smaller --skip")
     return a
 
 
-def shared_flags(a):
+def model_flags(a):
+    """What every side takes: the model, the batches, the schedule, the device."""
     return ["--data", a.data, "--layers", str(a.layers), "--width", str(a.width),
             "--heads", str(a.heads), "--context", str(a.context), "--batch", str(a.batch),
             "--steps", str(a.steps), "--mixed-precision", a.mixed_precision,
-            "--strategy", a.strategy, "--activation-checkpointing", a.activation_checkpointing,
-            "--device", a.device] + (["--hook-times"] if a.hook_times else [])
+            "--activation-checkpointing", a.activation_checkpointing, "--device", a.device]
+
+
+def fsdp_flags(a):
+    """What the FSDP sides take besides: the strategy and the hook timer."""
+    return (model_flags(a) + ["--strategy", a.strategy]
+            + (["--hook-times"] if a.hook_times else []))
 
 
 def launch(a, worker, log):
@@ -101,17 +122,45 @@ def launch(a, worker, log):
 
 def run_libfsdp(a, tag):
     run_dir = os.path.join(a.work, f"libfsdp-{tag}")
-    launch(a, [os.path.join(a.bin, "fsdp-train")] + shared_flags(a) +
+    launch(a, [os.path.join(a.bin, "fsdp-train")] + fsdp_flags(a) +
            ["--eval-every", "0", "--sample-bytes", "0", "--quiet", "--run-dir", run_dir],
            os.path.join(a.work, f"libfsdp-{tag}.log"))
     return read_lines(os.path.join(run_dir, "metrics.jsonl"))
 
 
-def run_fsdp2(a, tag):
-    metrics = os.path.join(a.work, f"fsdp2-{tag}.jsonl")
-    launch(a, [sys.executable, PEER] + shared_flags(a) + ["--metrics", metrics],
-           os.path.join(a.work, f"fsdp2-{tag}.log"))
+def run_fsdp2(a, tag, compile_backend=None):
+    name = f"fsdp2-compiled-{tag}" if compile_backend else f"fsdp2-{tag}"
+    metrics = os.path.join(a.work, f"{name}.jsonl")
+    compile_flags = ["--compile", compile_backend] if compile_backend else []
+    launch(a, [sys.executable, PEER] + fsdp_flags(a) + compile_flags + ["--metrics", metrics],
+           os.path.join(a.work, f"{name}.log"))
     return read_lines(metrics)
+
+
+def run_no_fsdp(a, tag):
+    metrics = os.path.join(a.work, f"no-fsdp-{tag}.jsonl")
+    launch(a, [os.path.join(a.bin, "local-gpt")] + model_flags(a) + ["--metrics", metrics],
+           os.path.join(a.work, f"no-fsdp-{tag}.log"))
+    return read_lines(metrics)
+
+
+class Side:
+    """One program in the rounds: its column title, how to run it, whether
+    it has FSDP hooks to time, and its runs so far."""
+
+    def __init__(self, title, run, has_hooks):
+        self.title, self.run, self.has_hooks, self.runs = title, run, has_hooks, []
+
+
+def make_sides(a):
+    """libfsdp first (every ratio is libfsdp's over another side's), then FSDP2."""
+    sides = [Side("libfsdp", run_libfsdp, True), Side("FSDP2", run_fsdp2, True)]
+    if a.compiled_peer:
+        sides.append(Side("FSDP2 compiled",
+                          functools.partial(run_fsdp2, compile_backend=a.compiled_peer), True))
+    if a.no_fsdp:
+        sides.append(Side("no FSDP", run_no_fsdp, False))
+    return sides
 
 
 def read_lines(path):
@@ -138,8 +187,9 @@ def hook_figures(a, name, timed):
     return dict(hook_us_per_unit=slowest / units, hook_by_range=by_range)
 
 
-def summarize(a, name, runs):
-    """The figures of one framework over all its rounds."""
+def summarize(a, side):
+    """The figures of one side over all its rounds."""
+    runs = side.runs
     timed = [r for run in runs for r in run[a.skip:]]
     times = [r["ms"] / 1e3 for r in timed]
     step_s = statistics.median(times)
@@ -150,8 +200,8 @@ def summarize(a, name, runs):
                reserved=peak("peak_device_reserved_bytes"))
     if a.peak_tflops:
         out["mfu"] = step_flops(a) / step_s / (a.nproc * a.peak_tflops * 1e12)
-    if a.hook_times:
-        out.update(hook_figures(a, name, timed))
+    if a.hook_times and side.has_hooks:
+        out.update(hook_figures(a, side.title, timed))
     return out
 
 
@@ -168,7 +218,7 @@ def gib(n):
     return f"{n / 2**30:.2f} GiB" if n else "-"
 
 
-def print_table(a, lib, peer, agreement):
+def print_table(a, sides, figures):
     rows = [("median step", lambda s: f"{1e3 * s['step_s']:.1f} ms", "step_s"),
             ("tokens/s", lambda s: f"{s['tokens_per_s']:,.0f}", "tokens_per_s")]
     if a.peak_tflops:
@@ -185,42 +235,54 @@ def print_table(a, lib, peer, agreement):
           f"{a.device}; {a.strategy}, {a.mixed_precision}, "
           f"checkpointing {a.activation_checkpointing}; {a.rounds} rounds of {a.steps} steps, "
           f"the first {a.skip} of each untimed")
-    print(f"{'':<24}{'libfsdp':>14}{'FSDP2':>14}{'libfsdp/FSDP2':>16}")
+    lib = figures[0]
+    ratio_titles = [f"libfsdp/{side.title}" for side in sides[1:]]
+    widths = [max(16, len(title) + 2) for title in ratio_titles]
+    print(f"{'':<24}" + "".join(f"{side.title:>16}" for side in sides)
+          + "".join(f"{title:>{w}}" for title, w in zip(ratio_titles, widths)))
     for name, show, key in rows:
-        ratio = lib[key] / peer[key] if peer.get(key) else float("nan")
-        print(f"{name:<24}{show(lib):>14}{show(peer):>14}{ratio:>16.3f}")
+        cells = [show(f) if key in f else "-" for f in figures]
+        ratios = [lib[key] / f[key] if f.get(key) else float("nan") for f in figures[1:]]
+        print(f"{name:<24}" + "".join(f"{c:>16}" for c in cells)
+              + "".join(f"{r:>{w}.3f}" for r, w in zip(ratios, widths)))
     if a.hook_times:
-        print_hook_breakdown(a, lib, peer)
-    steps, worst, bound = agreement
-    verdict = "agree" if worst <= bound else "DISAGREE"
-    print(f"loss of the first {steps} steps: largest relative difference {worst:.2e} "
-          f"(bound {bound:.0e}): {verdict}")
+        print_hook_breakdown(a, sides, figures)
 
 
-def print_hook_breakdown(a, lib, peer):
+def print_hook_breakdown(a, sides, figures):
     """Each framework's hooks per unit, by hook (rank 0, median timed step)."""
     print(f"hooks per unit: the median timed step's wall time inside the framework's hooks "
           f"over its {a.layers + 1} units (blocks and root), slowest rank; "
           + ("the CPU cost of enqueuing work" if a.device == "cuda"
              else "on the CPU this includes waiting for collectives"))
-    for name, figures in (("libfsdp", lib), ("FSDP2", peer)):
-        hooks = ", ".join(f"{hook} {us:.1f}" for hook, us in figures["hook_by_range"].items())
-        print(f"  {name:<8} rank 0 by hook, us per unit: {hooks}")
+    for side, f in zip(sides, figures):
+        if side.has_hooks:
+            hooks = ", ".join(f"{hook} {us:.1f}" for hook, us in f["hook_by_range"].items())
+            print(f"  {side.title:<8} rank 0 by hook, us per unit: {hooks}")
+
+
+def print_agreement(a, sides):
+    """Each side's first losses against libfsdp's; True when all agree."""
+    all_agree = True
+    for side in sides[1:]:
+        steps, worst, bound = loss_agreement(a, sides[0].runs[0], side.runs[0])
+        verdict = "agree" if worst <= bound else "DISAGREE"
+        all_agree = all_agree and worst <= bound
+        print(f"loss of the first {steps} steps, {side.title} against libfsdp: largest relative "
+              f"difference {worst:.2e} (bound {bound:.0e}): {verdict}")
+    return all_agree
 
 
 def main():
     a = parse_args()
     os.makedirs(a.work, exist_ok=True)
-    lib_runs, peer_runs = [], []
-    for r in range(a.rounds):  # ABBA: who goes first alternates
-        order = [("libfsdp", run_libfsdp, lib_runs), ("fsdp2", run_fsdp2, peer_runs)]
-        for name, run, into in (order if r % 2 == 0 else order[::-1]):
-            print(f"round {r + 1}/{a.rounds}: {name}", flush=True)
-            into.append(run(a, r + 1))
-    agreement = loss_agreement(a, lib_runs[0], peer_runs[0])
-    lib, peer = summarize(a, "fsdp-train", lib_runs), summarize(a, "fsdp2_gpt.py", peer_runs)
-    print_table(a, lib, peer, agreement)
-    return 0 if agreement[1] <= agreement[2] else 1
+    sides = make_sides(a)
+    for r in range(a.rounds):  # ABBA: the order reverses every round
+        for side in (sides if r % 2 == 0 else sides[::-1]):
+            print(f"round {r + 1}/{a.rounds}: {side.title}", flush=True)
+            side.runs.append(side.run(a, r + 1))
+    print_table(a, sides, [summarize(a, side) for side in sides])
+    return 0 if print_agreement(a, sides) else 1
 
 
 if __name__ == "__main__":

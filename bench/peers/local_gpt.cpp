@@ -69,7 +69,7 @@ void add_options(CLI::App& app, LocalOptions& l) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "weights and batches")->capture_default_str();
   app.add_option("--mixed-precision", o.mixed_precision,
-                 "fp32 or bf16 (float32 master weights, [Note: mixed precision without FSDP])")
+                 "fp32, or bf16: bfloat16 compute over float32 master weights, as fsdp-train")
       ->capture_default_str();
   app.add_option("--activation-checkpointing", o.activation_checkpointing,
                  "none, all or every-N, as fsdp-train")
@@ -125,6 +125,7 @@ class LocalTrainer {
  public:
   explicit LocalTrainer(const LocalOptions& l)
       : o_(l.train),
+        bf16_(o_.mixed_precision == "bf16"),
         device_(fsdp_train::select_training_device(o_, 0)),
         corpus_(fsdp_train::load_corpus(o_.data, o_.context)),
         sampler_(corpus_, o_.context, o_.seed),
@@ -144,6 +145,7 @@ class LocalTrainer {
   void write_metrics(int64_t step, double loss, double seconds);
 
   const TrainOptions& o_;
+  const bool bf16_;  // [Note: mixed precision without FSDP]
   const c10::Device device_;
   fsdp_train::ByteCorpus corpus_;
   fsdp_train::BatchSampler sampler_;
@@ -170,22 +172,21 @@ void LocalTrainer::build() {
   for (const auto& item : named) {
     at::Tensor param = item.value();
     params_.push_back(param);
-    if (o_.mixed_precision == "bf16") {
+    if (bf16_) {
       masters.insert(item.key(), param.detach().clone());
       param.set_data(param.to(at::kBFloat16));
     }
   }
-  masters_ = o_.mixed_precision == "bf16" ? masters.values() : params_;
-  optimizer_ = fsdp_train::make_optimizer(o_.mixed_precision == "bf16" ? masters : named, o_);
+  masters_ = bf16_ ? masters.values() : params_;
+  optimizer_ = fsdp_train::make_optimizer(bf16_ ? masters : named, o_);
 }
 
 at::Tensor LocalTrainer::train_step(int64_t step) {
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(schedule_.at(step));
   }
-  const bool bf16 = o_.mixed_precision == "bf16";
   fsdp_train::zero_gradients(*model_);
-  if (bf16) {
+  if (bf16_) {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_[i]);
   }
@@ -194,7 +195,7 @@ at::Tensor LocalTrainer::train_step(int64_t step) {
   const at::Tensor targets = to_device(batch.targets, device_);
   at::Tensor loss = fsdp::models::lm_loss(model_->forward(inputs).to(at::kFloat), targets);
   loss.backward();
-  if (bf16) {
+  if (bf16_) {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!masters_[i].grad().defined()) masters_[i].mutable_grad() = at::empty_like(masters_[i]);

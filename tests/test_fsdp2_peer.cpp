@@ -119,6 +119,28 @@ TEST(Fsdp2Peer, TheHarnessAddsCompiledFsdp2AndTheModelWithoutFsdp) {
   EXPECT_TRUE(contains(row, " - ")) << row;
 }
 
+// An optional side that fails (here a local-gpt that exits 3) is named and
+// left out; libfsdp and FSDP2 are still compared, and the harness exits 1.
+TEST(Fsdp2Peer, AFailingOptionalSideIsLeftOutAndTheRestCompared) {
+  ASSERT_EQ(missing_peer(), "");
+  fsdp::testing::TempDir work("fsdp2-failing-side");
+  const std::string bin = work.path() + "/bin";
+  std::filesystem::create_directories(bin);
+  for (const char* tool : {"fsdp-run", "fsdp-train"}) {
+    std::filesystem::create_symlink(std::string(FSDP_BIN_DIR "/") + tool, bin + "/" + tool);
+  }
+  std::ofstream(bin + "/local-gpt") << "#!/bin/sh\necho 'a broken baseline' >&2\nexit 3\n";
+  std::filesystem::permissions(bin + "/local-gpt", std::filesystem::perms::owner_all);
+  const CommandRun r = run_command(kHarness + kTiny + " --nproc 1 --strategy grad-op --no-fsdp" +
+                                   " --bin " + bin + " --work " + work.path() + "/runs");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  for (const char* text : {"no FSDP left out: ", "a broken baseline", "libfsdp/FSDP2",
+                           "FSDP2 against libfsdp", "no FSDP: FAILED, left out"}) {
+    EXPECT_TRUE(contains(r.output, text)) << text << "\n" << r.output;
+  }
+  EXPECT_FALSE(contains(r.output, "libfsdp/no FSDP")) << r.output;
+}
+
 // The peer's hook timer ([Note: timing FSDP2's hooks as libfsdp's]) counts
 // only the outermost hook on a thread, as fsdp::HookTimer does, and each
 // thread on its own; take() restarts the totals.

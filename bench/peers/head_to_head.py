@@ -110,14 +110,18 @@ def fsdp_flags(a):
             + (["--hook-times"] if a.hook_times else []))
 
 
+class RunFailed(Exception):
+    """A side's program exited non-zero; the message holds its command and output."""
+
+
 def launch(a, worker, log):
     command = [os.path.join(a.bin, "fsdp-run"), "--standalone", "--nproc-per-node", str(a.nproc),
                "--"] + worker
     with open(log, "w") as out:
         result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
     if result.returncode != 0:
-        sys.exit(f"head_to_head: `{' '.join(command)}` failed ({result.returncode}); "
-                 f"its output:\n{open(log).read()[-4000:]}")
+        raise RunFailed(f"`{' '.join(command)}` failed ({result.returncode}); "
+                        f"its output:\n{open(log).read()[-4000:]}")
 
 
 def run_libfsdp(a, tag):
@@ -146,10 +150,13 @@ def run_no_fsdp(a, tag):
 
 class Side:
     """One program in the rounds: its column title, how to run it, whether
-    it has FSDP hooks to time, and its runs so far."""
+    it has FSDP hooks to time, and its runs so far. An optional side that
+    fails is left out of the rest (failed says why); libfsdp and FSDP2 are
+    the comparison itself, so their failure ends the run."""
 
-    def __init__(self, title, run, has_hooks):
-        self.title, self.run, self.has_hooks, self.runs = title, run, has_hooks, []
+    def __init__(self, title, run, has_hooks, optional=False):
+        self.title, self.run, self.has_hooks, self.optional = title, run, has_hooks, optional
+        self.runs, self.failed = [], None
 
 
 def make_sides(a):
@@ -157,9 +164,10 @@ def make_sides(a):
     sides = [Side("libfsdp", run_libfsdp, True), Side("FSDP2", run_fsdp2, True)]
     if a.compiled_peer:
         sides.append(Side("FSDP2 compiled",
-                          functools.partial(run_fsdp2, compile_backend=a.compiled_peer), True))
+                          functools.partial(run_fsdp2, compile_backend=a.compiled_peer), True,
+                          optional=True))
     if a.no_fsdp:
-        sides.append(Side("no FSDP", run_no_fsdp, False))
+        sides.append(Side("no FSDP", run_no_fsdp, False, optional=True))
     return sides
 
 
@@ -273,16 +281,33 @@ def print_agreement(a, sides):
     return all_agree
 
 
+def run_rounds(a, sides):
+    for r in range(a.rounds):  # ABBA: the order reverses every round
+        for side in (sides if r % 2 == 0 else sides[::-1]):
+            if side.failed:
+                continue
+            print(f"round {r + 1}/{a.rounds}: {side.title}", flush=True)
+            try:
+                side.runs.append(side.run(a, r + 1))
+            except RunFailed as e:
+                if not side.optional:
+                    sys.exit(f"head_to_head: {side.title}: {e}")
+                side.failed = str(e)
+                print(f"head_to_head: {side.title} left out: {e}", flush=True)
+
+
 def main():
     a = parse_args()
     os.makedirs(a.work, exist_ok=True)
     sides = make_sides(a)
-    for r in range(a.rounds):  # ABBA: the order reverses every round
-        for side in (sides if r % 2 == 0 else sides[::-1]):
-            print(f"round {r + 1}/{a.rounds}: {side.title}", flush=True)
-            side.runs.append(side.run(a, r + 1))
-    print_table(a, sides, [summarize(a, side) for side in sides])
-    return 0 if print_agreement(a, sides) else 1
+    run_rounds(a, sides)
+    ran = [side for side in sides if not side.failed]
+    print_table(a, ran, [summarize(a, side) for side in ran])
+    agree = print_agreement(a, ran)
+    for side in sides:
+        if side.failed:
+            print(f"{side.title}: FAILED, left out (its error is above)")
+    return 0 if agree and len(ran) == len(sides) else 1
 
 
 if __name__ == "__main__":

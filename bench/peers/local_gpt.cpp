@@ -15,6 +15,7 @@
 // fsdp-train's, and the casts any such training needs stay in the baseline.
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -244,6 +245,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   const std::optional<LocalOptions> options = parse(argc, argv, exit_code);
   if (!options) return exit_code;
+  at::set_num_threads(fsdp_train::threads_per_rank(1));  // as fsdp-train alone
   try {
     LocalTrainer trainer(*options);
     const TrainOptions& o = options->train;

@@ -26,12 +26,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "corpus.h"
@@ -57,16 +55,6 @@ using fsdp_train::TrainSetup;
 constexpr int kDone = 0;
 constexpr int kBadInput = 2;
 constexpr int kFailed = 1;
-
-// Ranks on one machine share its cores: give each 1/LOCAL_WORLD_SIZE of them
-// unless OMP_NUM_THREADS says otherwise.
-int threads_per_rank(int local_world_size) {
-  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
-    return std::atoi(env);
-  }
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / std::max(1, local_world_size));
-}
 
 // [Note: a finished run under --resume auto]
 // The checkpoint to resume is at --steps (the checkpoint's, or a given one)
@@ -234,7 +222,7 @@ fsdp::GroupOptions group_options(const TrainOptions& o) {
 
 // What a rank sets up once it knows the whole job will train.
 void prepare_this_rank(TrainSetup& setup, int local_world_size, int local_rank) {
-  setup.threads = threads_per_rank(local_world_size);
+  setup.threads = fsdp_train::threads_per_rank(local_world_size);
   at::set_num_threads(setup.threads);
   // Sharded steps free and reallocate the same buffers every unit; [Note:
   // freed CPU memory kept for reuse] in fsdp/cpu_heap.h.

@@ -5,6 +5,8 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <thread>
 
 #if defined(FSDP_WITH_NCCL)  // a CUDA build of LibTorch: its CUDA headers are there
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -78,6 +80,14 @@ fsdp::CommBackend training_backend(const TrainOptions& o) {
 
 bool stages_through_host(const TrainOptions& o) {
   return o.device == "cuda" && training_backend(o) == fsdp::CommBackend::kGloo;
+}
+
+int threads_per_rank(int local_world_size) {
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
+    return std::atoi(env);
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, local_world_size));
 }
 
 void reset_device_peak_memory(const c10::Device& device) {

@@ -41,6 +41,10 @@ c10::Device select_training_device(const TrainOptions& options, int local_rank);
 fsdp::CommBackend training_backend(const TrainOptions& options);
 bool stages_through_host(const TrainOptions& options);
 
+// Intra-op threads of a rank: ranks on one machine share its cores, each
+// getting 1/LOCAL_WORLD_SIZE of them, unless OMP_NUM_THREADS says otherwise.
+int threads_per_rank(int local_world_size);
+
 // The caching allocator's peaks on a CUDA device since the last reset
 // (torch.cuda.max_memory_allocated / max_memory_reserved); zero on the CPU.
 struct DevicePeakMemory {

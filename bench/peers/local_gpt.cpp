@@ -31,6 +31,7 @@
 
 #include "corpus.h"
 #include "fsdp/clip_grad.h"
+#include "fsdp/cpu_heap.h"
 #include "fsdp/models/gpt.h"
 #include "gpt_setup.h"
 #include "lr_schedule.h"
@@ -245,7 +246,10 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   const std::optional<LocalOptions> options = parse(argc, argv, exit_code);
   if (!options) return exit_code;
-  at::set_num_threads(fsdp_train::threads_per_rank(1));  // as fsdp-train alone
+  // The process settings of fsdp-train alone: its threads, and freed CPU
+  // memory kept for reuse ([Note: freed CPU memory kept for reuse]).
+  at::set_num_threads(fsdp_train::threads_per_rank(1));
+  fsdp::keep_freed_cpu_memory();
   try {
     LocalTrainer trainer(*options);
     const TrainOptions& o = options->train;

@@ -164,6 +164,17 @@ TEST(Fsdp2Peer, HookTimesCountTheOutermostHookOnEachThread) {
   EXPECT_TRUE(contains(r.output, "classes ['FSDPParamGroup', 'FSDPState']")) << r.output;
 }
 
+// The peer's process is set up as fsdp-train's: glibc keeps freed buffers
+// (fsdp::keep_freed_cpu_memory's mallopt calls, from Python), or CPU steps
+// are compared with and without page faults.
+TEST(Fsdp2Peer, KeepsFreedCpuMemoryAsFsdpTrainDoes) {
+  ASSERT_EQ(missing_peer(), "");
+  const CommandRun r =
+      run_peer_python("import fsdp2_gpt as g\nprint(\"kept\", g.keep_freed_cpu_memory())");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "kept True")) << r.output;
+}
+
 // The agreement check the harness exits on: 2e-4 apart is a mismatch in
 // fp32 (bound 1e-4), not in bf16 (bound 2e-2).
 TEST(Fsdp2Peer, TheLossCheckTellsAMismatchFromRounding) {

@@ -25,6 +25,9 @@ compares the step losses with fsdp-train's):
   - the attention: torch's scaled_dot_product_attention with is_causal, as
     models/gpt.cpp calls on LibTorch 2.x (explicit scores, mask and softmax
     only on 1.13, where neither side has it);
+  - the process: fsdp-train's threads per rank, and its heap setting
+    (freed CPU memory kept for reuse, fsdp/cpu_heap.h), without which each
+    CPU step faults its buffers' pages in again;
   - the optimizer (tools/fsdp-train/gpt_setup.cpp, lr_schedule.cpp): AdamW
     with betas (0.9, 0.95), eps 1e-8, weight decay on the non-norm weights
     only, linear warmup then cosine decay, the global gradient norm clipped;
@@ -403,6 +406,23 @@ def init_distributed(a):
     return device
 
 
+def keep_freed_cpu_memory():
+    """fsdp::keep_freed_cpu_memory() (fsdp/cpu_heap.h), which fsdp-train calls
+    at startup: glibc keeps freed buffers in the heap instead of returning
+    them to the kernel, so a step does not fault their pages in again. The
+    same mallopt calls; False where the C library is not glibc."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    # The mmap threshold first: setting either turns off glibc's adaptive one.
+    return mallopt(m_mmap_threshold, 1 << 30) == 1 and mallopt(m_trim_threshold, 2**31 - 1) == 1
+
+
 def threads_per_rank():
     """fsdp-train's policy: ranks on one machine share its cores."""
     if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
@@ -467,6 +487,7 @@ def step_record(a, step, loss, seconds, device, hooks):
 
 def train(a):
     torch.set_num_threads(threads_per_rank())
+    keep_freed_cpu_memory()  # as fsdp-train's ranks do at startup
     device = init_distributed(a)
     rank, world = dist.get_rank(), dist.get_world_size()
     if a.batch % world:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU check: one run of this on the device machine (one GPU, a torch 2.x
-# wheel with CUDA and NCCL, no package registry) is the whole check. From the
-# repository root, with .gpudeps carried (scripts/gpu-deps.sh makes it):
+# The GPU check: running this on the device machine (one GPU, a torch 2.x
+# wheel with CUDA and NCCL, no package registry), whole or as its two parts,
+# is the whole check. From the repository root, with .gpudeps carried
+# (scripts/gpu-deps.sh makes it):
 #   bash scripts/gpu-check.sh [all|tests|speed]
 # It builds only what it runs, then, most valuable first:
 #   tests: the GPU tests (ctest -L gpu): NCCL at world size 1, the multi-rank
@@ -74,7 +75,9 @@ step 120 configure cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DFSDP_NCCL_INCLUDE_DIR="$NCCL_INC" -DCMAKE_CXX_COMPILER_LAUNCHER= \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 grep -E "libfsdp:" "$OUT/configure.log"
-targets=(fsdp-run fsdp-train local-gpt test_gpu test_gpu_trainer test_gpu_multirank)
+targets=(fsdp-run fsdp-train)  # what the part run needs, no more
+[[ $part == speed ]] || targets+=(test_gpu test_gpu_trainer test_gpu_multirank)
+[[ $part == tests ]] || targets+=(local-gpt)
 # -k 0: a target that fails to compile leaves the others to run.
 step 240 build cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}" -- -k 0 \
   || grep -E "error" -A3 "$OUT/build.log" | head -40

@@ -38,9 +38,9 @@ void zero_gradients(torch::nn::Module& model) {
 // AdamW with decoupled weight decay on the matrices only: biases and
 // LayerNorm parameters are not decayed. fsdp-train's parameters are 1-D
 // shards by now, so the choice goes by name (fully_shard keeps the original
-// names). It is
-// fsdp::FusedAdamW, one fused kernel per group where LibTorch has it (2.4+),
-// torch::optim::AdamW's own step elsewhere; checkpoints are AdamW's either way.
+// names). It is fsdp::FusedAdamW, one fused kernel per group where LibTorch
+// has it (2.4+), torch::optim::AdamW's own step elsewhere; checkpoints are
+// AdamW's either way.
 std::unique_ptr<torch::optim::AdamW> make_optimizer(
     const torch::OrderedDict<std::string, at::Tensor>& named_parameters, const TrainOptions& o) {
   std::vector<at::Tensor> decay, no_decay;
